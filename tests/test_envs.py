@@ -1,0 +1,31 @@
+"""The rule environments (envs/*.yaml) pin the same version ranges as pyproject.toml."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pyproject_specs() -> dict[str, SpecifierSet]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {Requirement(r).name.lower(): Requirement(r).specifier for r in project["dependencies"]}
+
+
+@pytest.mark.parametrize("env", sorted((ROOT / "envs").glob("*.yaml")), ids=lambda p: p.name)
+def test_env_matches_pyproject(env: Path) -> None:
+    specs = pyproject_specs()
+    deps = yaml.safe_load(env.read_text())["dependencies"]
+    assert deps, f"{env.name} lists no dependencies"
+    for dep in deps:
+        name, _, spec = str(dep).partition(" ")
+        if name == "python":
+            continue
+        assert name in specs, f"{env.name}: {name} is not a dependency in pyproject.toml"
+        assert SpecifierSet(spec.replace(" ", "")) == specs[name], (
+            f"{env.name}: {name} {spec} differs from pyproject.toml {specs[name]}"
+        )

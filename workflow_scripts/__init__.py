@@ -1,0 +1,1 @@
+"""snakepack: the logic behind the Snakemake workflow, as small importable modules with thin CLIs."""
