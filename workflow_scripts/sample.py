@@ -191,9 +191,11 @@ def _write_file(path: Path, f: SampleFile, docs: list[dict[str, Any]], bad: bool
 
             pq.write_table(pa.Table.from_pylist(docs), tmp, row_group_size=64)
             return planted
-        lines = [d["text"].replace("\n", " ").encode() for d in docs] if f.ext == "txt" else [
-            orjson.dumps(d) for d in docs
-        ]
+        lines = (
+            [d["text"].replace("\n", " ").encode() for d in docs]
+            if f.ext == "txt"
+            else [orjson.dumps(d) for d in docs]
+        )
         if bad:
             for k, (reason, raw) in enumerate(BAD_LINES):
                 at = (k + 1) * len(lines) // (len(BAD_LINES) + 1) + k

@@ -1,0 +1,134 @@
+"""Phases to packs: budgets, exact document ranges from a persistent cursor, single-epoch iteration math."""
+
+import numpy as np
+import pytest
+
+from workflow_scripts.datapacks import PlanError, make_plan, phase_budgets, split_budget
+from workflow_scripts.iterations import neox_samples, tokens_for_iters, train_iters
+
+SEED000 = {"seq_length": 8192, "global_batch_size": 576, "epoch_rule": "neox"}
+
+
+def signature(sizes: dict[str, int], doc_tokens: int) -> tuple[list[dict], dict[str, np.ndarray]]:
+    sig, lengths = [], {}
+    for name, docs in sizes.items():
+        lang, domain = name.split("_")[:2]
+        lengths[name] = np.full(docs, doc_tokens, dtype=np.int32)
+        sig.append(
+            {"prefix": name, "name": name, "lang": lang, "domain": domain, "tokens": docs * doc_tokens}
+        )
+    return sig, lengths
+
+
+def config(phases: list[dict], training: dict | None = None, **datapacks) -> dict:
+    return {
+        "seed": 1,
+        "training": training or {"seq_length": 128, "global_batch_size": 4, "epoch_rule": "neox"},
+        "datapacks": {"max_iters_per_pack": 50, **datapacks, "phases": phases},
+        "mixtures": {"main": {"lang_prob": {"en": 0.75, "de": 0.25}}, "en": {"lang_prob": {"en": 1.0}}},
+    }
+
+
+def test_seed000_numbers() -> None:
+    sig, lengths = signature({"en_web_a": 2000, "de_web_a": 2000}, 50_000_000)
+    cfg = config(
+        [
+            {"name": "warmup", "iters": 2000, "mixture": "main"},
+            {"name": "U1", "tokens": 400_000_000_000, "mixture": "main"},
+        ],
+        training=SEED000,
+        max_iters_per_pack=35000,
+    )
+    plan = make_plan(cfg, sig, lengths.__getitem__)
+    assert plan["tokens_per_iter"] == 4_718_592
+    assert plan["max_tokens_per_pack"] == 165_150_720_000
+    warmup, *u1 = plan["packs"]
+    assert warmup["name"] == "warmup_0" and warmup["train_iters"] == 2000
+    assert [p["budget"] for p in u1] == [
+        165_150_720_000,
+        165_150_720_000,
+        400_000_000_000 - 2 * 165_150_720_000,
+    ]
+    assert [p["iteration_offset"] for p in plan["packs"]] == [
+        0,
+        2000,
+        2000 + u1[0]["train_iters"],
+        2000 + u1[0]["train_iters"] + u1[1]["train_iters"],
+    ]
+    # The hand estimate tokens/(8192*576) rounded up would read a pack twice under GPT-NeoX:
+    assert u1[0]["train_iters"] < -(-u1[0]["tokens"] // 4_718_592)
+
+
+def test_cooldown_fraction_is_carved_from_the_phase_before() -> None:
+    budgets = phase_budgets(SEED000, [{"name": "U3", "tokens": 1000}, {"name": "cd", "fraction": 0.2}])
+    assert budgets == [800, 200]
+    with pytest.raises(PlanError):
+        phase_budgets(SEED000, [{"name": "cd", "fraction": 0.2}])
+
+
+@pytest.mark.parametrize("rule", ["neox", "megatron"])
+@pytest.mark.parametrize(("seq", "batch"), [(8192, 576), (2048, 7), (128, 1)])
+def test_single_epoch_train_iters_at_its_boundary(rule: str, seq: int, batch: int) -> None:
+    for n in (1, 2, 999, 2000, 29789):
+        tokens = tokens_for_iters(n, seq, batch, rule)
+        assert train_iters(tokens, seq, batch, rule) == n
+        assert train_iters(tokens - 1, seq, batch, rule) == n - 1
+    if rule == "neox":  # GPT-NeoX: one epoch iff (T - 1) // seq covers ceil(1.005 * n * B) samples
+        tokens = tokens_for_iters(2000, seq, batch, rule)
+        assert (tokens - 1) // seq == neox_samples(2000, batch)
+        assert train_iters(2000 * seq * batch, seq, batch) < 2000
+    else:  # Megatron-LM: n * B * seq + 1 tokens
+        assert tokens_for_iters(3, seq, batch, rule) == 3 * batch * seq + 1
+
+
+def test_cursor_chain_is_contiguous_and_within_one_document() -> None:
+    sig, lengths = signature({"en_web_a": 400, "de_web_a": 400}, 1)
+    rng = np.random.default_rng(3)
+    for entry in sig:
+        lengths[entry["name"]] = rng.integers(50, 400, size=400).astype(np.int32)
+        entry["tokens"] = int(lengths[entry["name"]].sum())
+    plan = make_plan(
+        config([{"name": "main", "tokens": 60_000, "mixture": "main"}]), sig, lengths.__getitem__
+    )
+    assert len(plan["packs"]) == 3  # 50 iters * 512 tokens = 25,600 per pack
+    cursor = {"en_web_a": (0, 0), "de_web_a": (0, 0)}
+    for pack in plan["packs"]:
+        for s in pack["slices"]:
+            ((epoch, start, stop),) = s["ranges"]
+            assert (epoch, start) == cursor[s["source"]]
+            cursor[s["source"]] = (epoch, stop)
+            taken = int(lengths[s["source"]][start:stop].sum())
+            assert taken == s["tokens"] and 0 <= taken - s["target"] < lengths[s["source"]][stop - 1]
+        assert sum(s["target"] for s in pack["slices"]) == pack["budget"]
+
+
+def test_wrap_around_is_reported_as_upsampling() -> None:
+    sig, lengths = signature({"en_web_a": 100, "de_web_a": 10}, 100)
+    plan = make_plan(
+        config([{"name": "main", "tokens": 20_000, "mixture": "main"}], max_iters_per_pack=100),
+        sig,
+        lengths.__getitem__,
+    )
+    de = next(s for s in plan["packs"][0]["slices"] if s["source"] == "de_web_a")
+    assert de["upsampled"] and de["ranges"][0] == [0, 0, 10] and de["ranges"][1][0] == 1
+    assert plan["final_epochs"]["de_web_a"] == pytest.approx(5.0)
+    assert plan["final_epochs"]["en_web_a"] == pytest.approx(1.5)
+
+
+def test_appending_a_pack_leaves_earlier_packs_unchanged() -> None:
+    sig, lengths = signature({"en_web_a": 500, "de_web_a": 500}, 100)
+    phases = [
+        {"name": "warmup", "iters": 5, "mixture": "main"},
+        {"name": "main", "tokens": 30_000, "mixture": "main"},
+    ]
+    before = make_plan(config(phases), sig, lengths.__getitem__)
+    after = make_plan(
+        config([*phases, {"name": "ext", "tokens": 9_000, "mixture": "en"}]), sig, lengths.__getitem__
+    )
+    assert after["packs"][: len(before["packs"])] == before["packs"]
+    assert after["packs"][-1]["iteration_offset"] == before["total_train_iters"]
+
+
+def test_split_budget_adds_up_exactly() -> None:
+    shares = split_budget(1_000_003, [1 / 3, 1 / 3, 1 / 3])
+    assert sum(shares) == 1_000_003 and max(shares) - min(shares) <= 1

@@ -1,0 +1,214 @@
+"""The workflow through a real Slurm, and the Slurm profiles.
+
+Tests marked ``slurm`` need the single-node test cluster (``sudo tests/slurm/local-cluster.sh start``)
+and skip with a reason when ``sinfo`` is missing or the node ``localhost`` is not up. They run the real
+workflow, in a temporary copy of the repository, with ``--profile profiles/slurm-local`` and check that its
+jobs went through Slurm. The other tests here only parse the profiles (no Slurm needed).
+
+Every Snakemake run here is wrapped in ``timeout -s KILL``: with the wrong status command the Slurm plugin
+waits forever and ignores SIGTERM (see profiles/slurm-local/profile.yaml).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The rule the Slurm test runs (a target rule without wildcards): the first rule of the workflow.
+TARGET = "sample"
+# What a temporary copy of the workflow needs (missing entries are skipped).
+COPY = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
+SNAKEMAKE_TIMEOUT_S = 300
+JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
+# node states (sinfo %t) in which the cluster takes jobs; anything else (down, drain, no answer ...) skips
+UP_STATES = {"idle", "mix", "alloc", "comp"}
+
+
+def _node_state() -> str | None:
+    """The state of the test cluster's node, or None when there is no Slurm to ask."""
+    if shutil.which("sinfo") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-N", "-n", "localhost", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except subprocess.TimeoutExpired:
+        return "no answer from slurmctld (sinfo timed out)"
+    if out.returncode != 0:
+        return f"no answer from slurmctld: {out.stderr.strip()}"
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "node localhost unknown"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    state = _node_state()
+    if state is None:
+        pytest.skip(
+            "no Slurm here: `sinfo` is not on PATH (start it: sudo tests/slurm/local-cluster.sh start)"
+        )
+    if state not in UP_STATES:
+        pytest.skip(f"local Slurm node not usable (state: {state}); run: tests/slurm/local-cluster.sh start")
+    return state
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    # the interpreter running the tests (the venv) first: snakemake, and `python` inside the rules
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("SNAKEMAKE_PROFILE", None)
+    # started from inside a Slurm job, the plugin would warn and nest; the test cluster is a fresh start
+    for key in [k for k in env if k.startswith("SLURM_")]:
+        del env[key]
+    return env
+
+
+def _copy_workflow(dest: Path) -> Path:
+    assert (REPO / "Snakefile").is_file(), f"no Snakefile in {REPO}"
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
+    for name in COPY:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _snakemake(args: list[str], cwd: Path, timeout_s: int = SNAKEMAKE_TIMEOUT_S, env=None):
+    cmd = ["timeout", "-s", "KILL", str(timeout_s), sys.executable, "-m", "snakemake", *args]
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=timeout_s + 30
+    )
+    proc.output = proc.stdout + proc.stderr
+    return proc
+
+
+def _tail(text: str, n: int = 60) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def _slurm_records(workdir: Path) -> dict[str, dict[str, str]]:
+    """Job id -> {state, comment} for the jobs Slurm still knows (squeue: MinJobAge) or logged (jobcomp)."""
+    records: dict[str, dict[str, str]] = {}
+    out = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T|%k|%Z"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    for line in out.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 4 and Path(parts[3]) == workdir:
+            records[parts[0]] = {"state": parts[1], "comment": parts[2], "source": "squeue"}
+    if JOBCOMP_LOG.is_file() and os.access(JOBCOMP_LOG, os.R_OK):
+        # one line per finished job; job ids restart at 1 when slurmctld starts with -c, so match WorkDir too
+        for line in JOBCOMP_LOG.read_text(errors="replace").splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            if fields.get("WorkDir") == str(workdir) and fields.get("JobId") not in records:
+                records[fields["JobId"]] = {
+                    "state": fields.get("JobState", ""),
+                    "comment": "",
+                    "source": "jobcomp",
+                }
+    return records
+
+
+@pytest.mark.slurm
+def test_workflow_runs_through_slurm(slurm_cluster, tmp_path):
+    wf = _copy_workflow(tmp_path / "wf")
+    results = tmp_path / "results"
+    proc = _snakemake(
+        ["--profile", "profiles/slurm-local", "--config", f"output_root={results}", "--", TARGET],
+        cwd=wf,
+    )
+    assert proc.returncode not in (124, 137, -9), (
+        f"snakemake killed after {SNAKEMAKE_TIMEOUT_S} s (the Slurm status hang?)\n{_tail(proc.output)}"
+    )
+    assert proc.returncode == 0, f"snakemake failed (rc {proc.returncode}):\n{_tail(proc.output)}"
+
+    # the outputs are there
+    produced = [p for p in results.rglob("*") if p.is_file()]
+    assert produced, f"no outputs under {results}"
+
+    # Slurm ran the jobs: the plugin's per-job logs are named by Slurm job id ...
+    log_root = wf / ".snakemake" / "slurm_logs"
+    logs = sorted(log_root.rglob("*.log"))
+    assert logs, f"no Slurm job logs under {log_root}:\n{_tail(proc.output)}"
+    job_ids = {p.stem for p in logs}
+    assert all(re.fullmatch(r"\d+(_\d+)?", j) for j in job_ids), job_ids
+    rule_dirs = {p.relative_to(log_root).parts[0] for p in logs}
+    assert f"rule_{TARGET}" in rule_dirs, f"no Slurm log of rule {TARGET}: {logs}"
+    submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
+    assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
+    # ... each log is the job-side Snakemake run of the executor plugin
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert "slurm-jobstep" in text, f"{log} is not a Slurm job-step log"
+
+    # ... and Slurm itself reports them COMPLETED, run in this working directory
+    records = _slurm_records(wf)
+    for job_id in sorted(submitted, key=int):
+        assert job_id in records, f"Slurm has no record of job {job_id} (workdir {wf}): {records}"
+        assert records[job_id]["state"] == "COMPLETED", (job_id, records[job_id])
+        if records[job_id]["source"] == "squeue":  # the plugin puts rule and wildcards into --comment
+            assert records[job_id]["comment"].startswith("rule_"), (job_id, records[job_id])
+
+
+# --- the profiles (no Slurm needed) -------------------------------------------------------------------
+
+
+def _parse_profile(profile: str, monkeypatch, **env):
+    from snakemake.cli import parse_args
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(REPO)
+    _, args = parse_args(["--profile", profile, "--dry-run"])
+    return args
+
+
+def test_slurm_local_profile_avoids_the_status_hang(monkeypatch):
+    """Without slurmdbd, `sacct` fails and the plugin hangs: the profile must make it use squeue, and squeue
+    mode only holds while the cluster's MinJobAge >= 3 x slurm-init-seconds-before-status-checks."""
+    args = _parse_profile("profiles/slurm-local", monkeypatch)
+    assert args.executor == "slurm"
+    assert args.slurm_status_command == "squeue"
+    assert args.slurm_keep_successful_logs is True  # the Slurm test reads the job ids from these logs
+    conf = (REPO / "tests" / "slurm" / "local-cluster.sh").read_text()
+    min_job_age = int(re.search(r"^MinJobAge=(\d+)$", conf, re.M).group(1))
+    assert min_job_age >= 3 * int(args.slurm_init_seconds_before_status_checks)
+    assert "debug" in conf and "slurm_partition" in args.default_resources
+
+
+def test_lumi_profile_needs_the_account_and_defaults_partitions(tmp_path):
+    wf = _copy_workflow(tmp_path / "wf")
+    env = _env()
+    for key in ("SNAKEPACK_SLURM_ACCOUNT", "SNAKEPACK_CPU_PARTITION", "SNAKEPACK_GPU_PARTITION"):
+        env.pop(key, None)
+
+    missing = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
+    assert missing.returncode != 0
+    assert "SNAKEPACK_SLURM_ACCOUNT is not set" in missing.output, _tail(missing.output)
+
+    env["SNAKEPACK_SLURM_ACCOUNT"] = "project_465000000"
+    ok = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
+    assert ok.returncode == 0, _tail(ok.output)
+    assert "slurm_account=project_465000000" in ok.output
+    assert "slurm_partition=small" in ok.output
+
+    env["SNAKEPACK_CPU_PARTITION"] = "debug"
+    ok = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
+    assert ok.returncode == 0, _tail(ok.output)
+    assert "slurm_partition=debug" in ok.output

@@ -1,0 +1,261 @@
+"""Phases to datapacks: token budgets, per-source document ranges from a persistent cursor, iteration math.
+
+The plan is computed from the index lengths alone (no ``.bin`` is read), so a 300B-token run plans in
+seconds, and it is exact: the slicer later copies precisely the document ranges written here.
+
+* Phases are given by ``iters`` (the pack is sized so exactly that many iterations read it once),
+  ``tokens``, or ``fraction`` of all training tokens (a cooldown: carved out of the phase before it, so
+  the total stays as planned, seed 000's ``--cd_phase``).
+* A phase is cut into packs of at most ``max_tokens_per_pack`` (the last one holds the remainder).
+* A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
+  whole documents until its share is reached (so a pack holds its budget to within one document per
+  source). A source that runs out wraps around to its first document: an extra epoch, reported.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workflow_scripts.iterations import tokens_for_iters, train_iters, wall_time_hours
+from workflow_scripts.mixture import compute_shares
+
+MAX_EPOCHS_PER_SLICE = 100  # a source read more often than this within one pack is a configuration mistake
+
+
+class PlanError(ValueError):
+    """A datapack configuration that cannot be planned."""
+
+
+@dataclass
+class Cursor:
+    """Where the next document of a source is read: completed epochs and the document index."""
+
+    epoch: int = 0
+    doc: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "doc": self.doc}
+
+
+@dataclass
+class Source:
+    """A tokenized source: its name and cumulative token counts (in the order it is read)."""
+
+    name: str
+    prefix: str
+    cumsum: np.ndarray  # int64, len = documents + 1, cumsum[0] == 0
+    cursor: Cursor = field(default_factory=Cursor)
+
+    @property
+    def documents(self) -> int:
+        return len(self.cumsum) - 1
+
+    def epochs(self) -> float:
+        return self.cursor.epoch + self.cursor.doc / self.documents
+
+    def take(self, target: int) -> list[tuple[int, int, int]]:
+        """Take whole documents until ``target`` tokens are reached; return (epoch, start, stop) ranges."""
+        ranges: list[tuple[int, int, int]] = []
+        cs = self.cumsum
+        if self.documents == 0 or cs[-1] == 0:
+            raise PlanError(f"source {self.name} has no tokens to take {target} from")
+        if target > MAX_EPOCHS_PER_SLICE * cs[-1]:
+            raise PlanError(
+                f"source {self.name} ({int(cs[-1])} tokens) would be read over {MAX_EPOCHS_PER_SLICE} times "
+                f"for one pack ({target} tokens): lower its probability or add data"
+            )
+        while target > 0:
+            start = self.cursor.doc
+            left = int(cs[-1] - cs[start])
+            if target <= left:
+                stop = int(np.searchsorted(cs, cs[start] + target, side="left"))
+                target = 0
+            else:
+                stop = self.documents
+                target -= left
+            ranges.append((self.cursor.epoch, start, stop))
+            self.cursor.doc = stop
+            if stop == self.documents:
+                self.cursor = Cursor(self.cursor.epoch + 1, 0)
+        return ranges
+
+
+def shuffle_permutation(documents: int, seed: int, name: str) -> np.ndarray:
+    """The fixed order in which a shuffled source's documents are read (seeded per source name)."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())]).permutation(documents)
+
+
+def tokens_per_iter(training: dict[str, Any]) -> int:
+    """Sequence length times global batch size: the tokens one iteration consumes."""
+    return int(training["seq_length"]) * int(training["global_batch_size"])
+
+
+def max_tokens_per_pack(training: dict[str, Any], datapacks: dict[str, Any]) -> int:
+    """The pack size limit, from ``max_tokens_per_pack`` or ``max_iters_per_pack``."""
+    if datapacks.get("max_tokens_per_pack"):
+        return int(datapacks["max_tokens_per_pack"])
+    if datapacks.get("max_iters_per_pack"):
+        return int(datapacks["max_iters_per_pack"]) * tokens_per_iter(training)
+    raise PlanError("datapacks needs max_tokens_per_pack or max_iters_per_pack")
+
+
+def phase_budgets(training: dict[str, Any], phases: list[dict[str, Any]]) -> list[int]:
+    """Token budget of each phase; ``fraction`` phases are carved out of the phase before them."""
+    seq, batch, rule = int(training["seq_length"]), int(training["global_batch_size"]), training["epoch_rule"]
+    budgets: list[int] = []
+    for phase in phases:
+        if "iters" in phase:
+            budgets.append(tokens_for_iters(int(phase["iters"]), seq, batch, rule))
+        elif "tokens" in phase:
+            budgets.append(int(phase["tokens"]))
+        else:
+            budgets.append(0)
+    total = sum(budgets)
+    for i, phase in enumerate(phases):
+        if "fraction" not in phase:
+            continue
+        if i == 0 or "fraction" in phases[i - 1]:
+            raise PlanError(f"phase {phase['name']}: a fraction phase must follow a phase with a budget")
+        budgets[i] = round(float(phase["fraction"]) * total)
+        budgets[i - 1] -= budgets[i]
+        if budgets[i - 1] <= 0:
+            raise PlanError(
+                f"phase {phase['name']} ({budgets[i]} tokens) is larger than {phases[i - 1]['name']}"
+            )
+    return budgets
+
+
+def split_budget(total: int, probabilities: list[float]) -> list[int]:
+    """Integer shares of ``total`` in proportion to ``probabilities``, summing exactly (largest remainder)."""
+    raw = np.asarray(probabilities, dtype=np.float64) * total
+    shares = np.floor(raw).astype(np.int64)
+    order = np.argsort(-(raw - shares), kind="stable")
+    shares[order[: total - int(shares.sum())]] += 1
+    return [int(s) for s in shares]
+
+
+def make_plan(
+    config: dict[str, Any],
+    signature: list[dict[str, Any]],
+    lengths: Callable[[str], np.ndarray],
+) -> dict[str, Any]:
+    """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates."""
+    training, datapacks, mixtures = config["training"], config["datapacks"], config["mixtures"]
+    seq, batch, rule = int(training["seq_length"]), int(training["global_batch_size"]), training["epoch_rule"]
+    tpi, pack_max = tokens_per_iter(training), max_tokens_per_pack(training, datapacks)
+    phases = datapacks["phases"]
+    budgets = phase_budgets(training, phases)
+    shuffle, seed = bool(datapacks.get("shuffle")), int(config["seed"])
+    sources: dict[str, Source] = {}
+    for entry in signature:
+        lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
+        if shuffle:
+            lens = lens[shuffle_permutation(len(lens), seed, entry["name"])]
+        sources[entry["name"]] = Source(
+            entry["name"], entry["prefix"], np.concatenate([[0], np.cumsum(lens)])
+        )
+    packs: list[dict[str, Any]] = []
+    offset = 0
+    for phase, budget in zip(phases, budgets, strict=True):
+        if phase["mixture"] not in mixtures:
+            raise PlanError(f"phase {phase['name']} uses unknown mixture {phase['mixture']!r}")
+        shares = compute_shares(signature, mixtures[phase["mixture"]])
+        names = [_name_of(signature, s.prefix) for s in shares]
+        n_packs = max(1, math.ceil(budget / pack_max))
+        for k in range(n_packs):
+            pack_tokens = min(pack_max, budget - k * pack_max)
+            pack = _slice_pack(f"{phase['name']}_{len(packs)}", phase, pack_tokens, names, shares, sources)
+            iters = train_iters(pack["tokens"], seq, batch, rule)
+            if "iters" in phase:
+                iters = min(iters, int(phase["iters"]))
+            pack.update(train_iters=iters, iteration_offset=offset, trained_tokens=iters * tpi)
+            pack["wall_hours"] = _wall_hours(training, pack["trained_tokens"])
+            pack["state_after"] = {n: src.cursor.as_dict() for n, src in sources.items()}
+            offset += iters
+            packs.append(pack)
+    return {
+        "tokens_per_iter": tpi,
+        "seq_length": seq,
+        "global_batch_size": batch,
+        "epoch_rule": rule,
+        "max_tokens_per_pack": pack_max,
+        "shuffle": shuffle,
+        "seed": seed,
+        "phases": [
+            {"name": p["name"], "mixture": p["mixture"], "tokens": b}
+            for p, b in zip(phases, budgets, strict=True)
+        ],
+        "packs": packs,
+        "total_train_iters": offset,
+        "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
+    }
+
+
+def _name_of(signature: list[dict[str, Any]], prefix: str) -> str:
+    return next(e["name"] for e in signature if e["prefix"] == prefix)
+
+
+def _wall_hours(training: dict[str, Any], tokens: int) -> float | None:
+    keys = ("model_params", "gpus", "tflops_per_gpu")
+    if not all(training.get(k) for k in keys):
+        return None
+    return round(
+        wall_time_hours(
+            tokens, float(training["model_params"]), int(training["gpus"]), float(training["tflops_per_gpu"])
+        ),
+        3,
+    )
+
+
+def _slice_pack(
+    name: str,
+    phase: dict[str, Any],
+    tokens: int,
+    names: list[str],
+    shares: list[Any],
+    sources: dict[str, Source],
+) -> dict[str, Any]:
+    index = int(name.rsplit("_", 1)[1])
+    targets = split_budget(tokens, [s.probability for s in shares])
+    slices = []
+    for source_name, share, target in zip(names, shares, targets, strict=True):
+        if target == 0:
+            continue
+        src = sources[source_name]
+        start = src.cursor.as_dict()
+        epochs_before = src.epochs()
+        ranges = src.take(target)
+        taken = sum(int(src.cumsum[b] - src.cumsum[a]) for _, a, b in ranges)
+        slices.append(
+            {
+                "source": source_name,
+                "prefix": src.prefix,
+                "lang": share.lang,
+                "domain": share.domain,
+                "target": target,
+                "tokens": taken,
+                "documents": sum(b - a for _, a, b in ranges),
+                "ranges": [list(r) for r in ranges],
+                "start": start,
+                "end": src.cursor.as_dict(),
+                "epochs_before": round(epochs_before, 6),
+                "epochs_after": round(src.epochs(), 6),
+                "upsampled": any(epoch > 0 for epoch, _, _ in ranges),
+                "name": f"{source_name}_slice{index}_{ranges[0][1]}_{taken}",
+            }
+        )
+    return {
+        "name": name,
+        "phase": phase["name"],
+        "mixture": phase["mixture"],
+        "budget": tokens,
+        "tokens": sum(s["tokens"] for s in slices),
+        "documents": sum(s["documents"] for s in slices),
+        "slices": slices,
+    }
