@@ -29,7 +29,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 def dumps_json(obj: Any) -> bytes:
     """Deterministic, human-readable JSON bytes (sorted keys, two-space indent, trailing newline)."""
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    return (
+        orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        + b"\n"
+    )
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
@@ -53,7 +56,7 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
 
         raw = open(name, "rb")  # noqa: SIM115 - closed through the wrapper
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), 1 << 20)
-    return open(name, "rb", buffering=1 << 20)  # noqa: SIM115 - caller closes
+    return open(name, "rb", buffering=1 << 20)
 
 
 def open_binary_writer(path: str | os.PathLike[str], level: int = 3) -> IO[bytes]:
@@ -64,4 +67,4 @@ def open_binary_writer(path: str | os.PathLike[str], level: int = 3) -> IO[bytes
 
         raw = open(name, "wb")  # noqa: SIM115 - closed through the wrapper
         return zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=True)
-    return open(name, "wb", buffering=1 << 20)  # noqa: SIM115 - caller closes
+    return open(name, "wb", buffering=1 << 20)

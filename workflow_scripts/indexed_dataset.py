@@ -1,0 +1,713 @@
+"""Megatron indexed datasets (``.bin``/``.idx``, "MMIDIDX" version 1): write, read, verify, merge, slice.
+
+Layout of ``PREFIX.idx`` (little-endian): 9-byte magic ``MMIDIDX\\0\\0``, ``<Q`` version 1, ``<B`` dtype code,
+``<Q`` S (sequences), ``<Q`` D (length of the document index = documents + 1), then ``int32[S]`` sequence
+lengths, ``int64[S]`` sequence pointers (byte offsets into ``.bin``) and ``int64[D]`` document index
+(``[0, ..., S]``). Size: ``34 + 12*S + 8*D`` bytes. ``PREFIX.bin`` is the raw concatenation of the token
+arrays. Megatron-LM core's optional multimodal ``sequence_modes`` trailer is neither written nor accepted.
+
+dtype codes follow Megatron-LM core: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32,
+8 uint16. GPT-NeoX (and its forks) swap 6 and 7 (6 float32, 7 float64), so a file with code 6 or 7 is
+ambiguous between the two; token files only ever use 4 (int32) or 8 (uint16), where all agree, and those
+are the only codes written here. The reader accepts every code of the table above.
+
+Merging follows Megatron ``IndexedDatasetBuilder.add_index`` (each input's document index is offset by the
+sequences before it, its leading 0 dropped), not GPT-NeoX ``merge_file_``, which leaves the document index
+at ``[0]``. Inputs are merged in the order given, never sorted.
+
+Pointers are always computed in int64 (numpy >= 2 keeps ``int32 * int`` in int32 and would wrap). All
+outputs are written to temporary names and renamed only on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import hashlib
+import os
+import struct
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from workflow_scripts.fsio import atomic_path, dumps_json, write_json
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, S, D
+HEADER_SIZE = HEADER.size  # 34
+
+# Megatron-LM core ``DType``; GPT-NeoX maps 6 -> float32 and 7 -> float64 instead.
+DTYPES: dict[int, np.dtype] = {
+    1: np.dtype("u1"),
+    2: np.dtype("i1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<i8"),
+    6: np.dtype("<f8"),
+    7: np.dtype("<f4"),
+    8: np.dtype("<u2"),
+}
+TOKEN_DTYPE_CODES: dict[np.dtype, int] = {np.dtype("<i4"): 4, np.dtype("<u2"): 8}
+UINT16_VOCAB_LIMIT = 65500  # Megatron DType.optimal_dtype / GPT-NeoX __best_fitting_dtype: < 65500 -> uint16
+
+_CHUNK = 1 << 22  # index elements handled per step when streaming index arrays
+_COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
+
+DTypeLike = npt.DTypeLike
+PathLike = str | os.PathLike[str]
+
+
+class IndexedDatasetError(ValueError):
+    """A missing, malformed or inconsistent indexed dataset; the message names the file and the problem."""
+
+
+def bin_path(prefix: PathLike) -> str:
+    """The data file of ``prefix``."""
+    return os.fspath(prefix) + ".bin"
+
+
+def idx_path(prefix: PathLike) -> str:
+    """The index file of ``prefix``."""
+    return os.fspath(prefix) + ".idx"
+
+
+def best_dtype(vocab_size: int) -> np.dtype:
+    """Token dtype for a vocabulary: uint16 when ``vocab_size < 65500``, else int32 (as Megatron/NeoX)."""
+    if not 0 < vocab_size <= 2**31:
+        raise ValueError(f"vocab_size must be in 1..2**31, got {vocab_size}")
+    return np.dtype("<u2") if vocab_size < UINT16_VOCAB_LIMIT else np.dtype("<i4")
+
+
+def token_dtype(dtype: DTypeLike) -> np.dtype:
+    """Normalise a token dtype (``np.dtype``, scalar type or name); only int32 and uint16 are allowed."""
+    dt = np.dtype(dtype)
+    if dt not in TOKEN_DTYPE_CODES:
+        raise ValueError(f"token dtype must be int32 (code 4) or uint16 (code 8), got {dt}")
+    return dt
+
+
+@dataclass(frozen=True)
+class Header:
+    """The fixed 34-byte header of an ``.idx`` file."""
+
+    dtype_code: int
+    num_sequences: int  # S
+    doc_idx_len: int  # D = documents + 1
+
+    @property
+    def dtype(self) -> np.dtype:
+        return DTYPES[self.dtype_code]
+
+    @property
+    def idx_size(self) -> int:
+        """The size the ``.idx`` file must have."""
+        return HEADER_SIZE + 12 * self.num_sequences + 8 * self.doc_idx_len
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise IndexedDatasetError(f"{path}: missing file") from None
+
+
+def read_header(path: PathLike) -> Header:
+    """Read and check the header of an ``.idx`` file (magic, version, dtype code, size)."""
+    path = os.fspath(path)
+    size = _size(path)
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_SIZE)
+    if raw[: len(MAGIC)] != MAGIC[: len(raw)]:
+        raise IndexedDatasetError(f"{path}: bad magic {raw[: len(MAGIC)]!r}, not a Megatron MMIDIDX index")
+    if len(raw) < HEADER_SIZE:
+        raise IndexedDatasetError(f"{path}: truncated header ({len(raw)} bytes, need {HEADER_SIZE})")
+    _, version, code, seqs, docs = HEADER.unpack(raw)
+    if version != VERSION:
+        raise IndexedDatasetError(f"{path}: unsupported version {version} (expected {VERSION})")
+    if code not in DTYPES:
+        raise IndexedDatasetError(f"{path}: unknown dtype code {code} (known: 1..8)")
+    header = Header(code, seqs, docs)
+    if size != header.idx_size:
+        what = "truncated" if size < header.idx_size else "trailing bytes"
+        if seqs and size == header.idx_size + seqs:
+            what = "trailing bytes (multimodal sequence_modes? not supported)"
+        raise IndexedDatasetError(
+            f"{path}: {what}: {size} bytes, header says 34 + 12*S + 8*D = {header.idx_size} "
+            f"(S={seqs}, D={docs})"
+        )
+    return header
+
+
+@dataclass(frozen=True)
+class DocumentSpan:
+    """Documents ``[doc_start, doc_stop)``: their sequences, ``.bin`` byte range and tokens (a view)."""
+
+    doc_start: int
+    doc_stop: int
+    seq_start: int
+    seq_stop: int
+    byte_start: int
+    byte_stop: int
+    tokens: np.ndarray = field(repr=False, compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.byte_stop - self.byte_start
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class IndexedDataset:
+    """Read-only, memory-mapped view of ``PREFIX.bin``/``PREFIX.idx``.
+
+    Opening checks the header and the ``.idx`` size only; ``verify`` checks everything else.
+    """
+
+    def __init__(self, prefix: PathLike) -> None:
+        self.prefix = os.fspath(prefix)
+        self.idx_path = idx_path(prefix)
+        self.bin_path = bin_path(prefix)
+        self.header = read_header(self.idx_path)
+        self.bin_size = _size(self.bin_path)
+        s, d = self.header.num_sequences, self.header.doc_idx_len
+        idx = np.memmap(self.idx_path, dtype=np.uint8, mode="r")
+        self.lengths: np.ndarray = np.frombuffer(idx, "<i4", s, HEADER_SIZE)
+        self.pointers: np.ndarray = np.frombuffer(idx, "<i8", s, HEADER_SIZE + 4 * s)
+        self.doc_idx: np.ndarray = np.frombuffer(idx, "<i8", d, HEADER_SIZE + 12 * s)
+
+    @cached_property
+    def tokens(self) -> np.ndarray:
+        """The whole ``.bin`` as a read-only token array (mapped on first use)."""
+        n = self.bin_size // self.itemsize
+        if n == 0:
+            return np.empty(0, self.dtype)
+        return np.memmap(self.bin_path, dtype=self.dtype, mode="r", shape=(n,))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.header.dtype
+
+    @property
+    def dtype_code(self) -> int:
+        return self.header.dtype_code
+
+    @property
+    def itemsize(self) -> int:
+        return self.header.dtype.itemsize
+
+    @property
+    def num_sequences(self) -> int:
+        return self.header.num_sequences
+
+    @property
+    def num_documents(self) -> int:
+        return max(self.header.doc_idx_len - 1, 0)
+
+    @cached_property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum(dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self.num_sequences
+
+    def _tokens(self, byte_start: int, byte_stop: int) -> np.ndarray:
+        start, stop = byte_start // self.itemsize, byte_stop // self.itemsize
+        if stop > len(self.tokens):
+            raise IndexedDatasetError(f"{self.bin_path}: truncated: bytes up to {byte_stop} referenced")
+        if not 0 <= byte_start <= byte_stop:
+            raise IndexedDatasetError(f"{self.idx_path}: bad byte range [{byte_start}, {byte_stop})")
+        return self.tokens[start:stop]
+
+    def _seq_offset(self, seq: int) -> int:
+        """Byte offset where sequence ``seq`` starts (``seq == S`` gives the end of the data)."""
+        if seq < self.num_sequences:
+            return int(self.pointers[seq])
+        if self.num_sequences == 0:
+            return 0
+        return int(self.pointers[-1]) + int(self.lengths[-1]) * self.itemsize
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Tokens of sequence ``i`` (a read-only view)."""
+        i = int(i)
+        if not -self.num_sequences <= i < self.num_sequences:
+            raise IndexError(f"sequence {i} out of range (S={self.num_sequences})")
+        i %= self.num_sequences
+        start = int(self.pointers[i])
+        return self._tokens(start, start + int(self.lengths[i]) * self.itemsize)
+
+    def documents(self, start: int, stop: int) -> DocumentSpan:
+        """Documents ``[start, stop)`` as sequence range, ``.bin`` byte range and token view."""
+        if not 0 <= start <= stop <= self.num_documents:
+            raise IndexError(f"documents [{start}, {stop}) out of range (documents={self.num_documents})")
+        seq_start, seq_stop = int(self.doc_idx[start]), int(self.doc_idx[stop])
+        byte_start, byte_stop = self._seq_offset(seq_start), self._seq_offset(seq_stop)
+        return DocumentSpan(
+            start, stop, seq_start, seq_stop, byte_start, byte_stop, self._tokens(byte_start, byte_stop)
+        )
+
+    def document(self, i: int) -> np.ndarray:
+        """Tokens of document ``i``: its sequences concatenated (a read-only view)."""
+        return self.documents(i, i + 1).tokens
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for logs and file names."""
+        return {
+            "documents": self.num_documents,
+            "sequences": self.num_sequences,
+            "tokens": self.num_tokens,
+            "dtype": self.dtype.name,
+        }
+
+
+def verify(prefix: PathLike) -> dict[str, Any]:
+    """Check every invariant of ``prefix``; return its summary or raise ``IndexedDatasetError``.
+
+    Memory stays bounded: the index arrays are checked in chunks.
+    """
+    ds = IndexedDataset(prefix)
+    where = ds.idx_path
+    s, d, itemsize = ds.num_sequences, ds.header.doc_idx_len, ds.itemsize
+    if d == 0:
+        raise IndexedDatasetError(f"{where}: empty document index (D=0), expected at least [0]")
+    if ds.doc_idx[0] != 0:
+        raise IndexedDatasetError(f"{where}: doc_idx[0] = {ds.doc_idx[0]}, expected 0")
+    for a in range(0, d - 1, _CHUNK):
+        chunk = ds.doc_idx[a : a + _CHUNK + 1]
+        bad = np.flatnonzero(np.diff(chunk) < 0)
+        if bad.size:
+            i = a + int(bad[0])
+            raise IndexedDatasetError(
+                f"{where}: doc_idx not monotone: doc_idx[{i}] = {ds.doc_idx[i]} > doc_idx[{i + 1}] = "
+                f"{ds.doc_idx[i + 1]}"
+            )
+    if ds.doc_idx[-1] != s:
+        raise IndexedDatasetError(f"{where}: doc_idx[-1] = {ds.doc_idx[-1]}, expected S = {s}")
+    end = 0  # byte offset where the next sequence must start
+    for a in range(0, s, _CHUNK):
+        lengths = ds.lengths[a : a + _CHUNK].astype(np.int64)
+        bad = np.flatnonzero(lengths < 0)
+        if bad.size:
+            i = a + int(bad[0])
+            raise IndexedDatasetError(f"{where}: negative length: lengths[{i}] = {lengths[bad[0]]}")
+        ends = np.cumsum(lengths) * itemsize + end
+        expected = ends - lengths * itemsize
+        bad = np.flatnonzero(ds.pointers[a : a + _CHUNK] != expected)
+        if bad.size:
+            i = a + int(bad[0])
+            if i == 0:
+                raise IndexedDatasetError(f"{where}: pointers[0] = {ds.pointers[0]}, expected 0")
+            raise IndexedDatasetError(
+                f"{where}: pointer arithmetic: pointers[{i}] - pointers[{i - 1}] = "
+                f"{int(ds.pointers[i]) - int(ds.pointers[i - 1])}, expected lengths[{i - 1}] * {itemsize} = "
+                f"{int(ds.lengths[i - 1]) * itemsize}"
+            )
+        end = int(ends[-1])
+    if ds.bin_size != end:
+        raise IndexedDatasetError(
+            f"{ds.bin_path}: size {ds.bin_size} bytes, expected tokens * itemsize = "
+            f"{end // itemsize} * {itemsize} = {end}"
+        )
+    return ds.summary()
+
+
+def write_index(
+    path: PathLike, dtype: DTypeLike, length_parts: Sequence[np.ndarray], doc_idx_parts: Sequence[np.ndarray]
+) -> None:
+    """Write an ``.idx`` file whose lengths / document index are the concatenations of the given parts.
+
+    Pointers are derived from the lengths (exclusive prefix sum in int64, times the itemsize), streamed
+    in chunks so memory stays at the size of the parts.
+    """
+    dt = token_dtype(dtype)
+    seqs = sum(len(p) for p in length_parts)
+    docs = sum(len(p) for p in doc_idx_parts)
+    with open(path, "wb") as f:
+        f.write(HEADER.pack(MAGIC, VERSION, TOKEN_DTYPE_CODES[dt], seqs, docs))
+        for part in length_parts:
+            for a in range(0, len(part), _CHUNK):
+                f.write(np.ascontiguousarray(part[a : a + _CHUNK], dtype="<i4"))
+        end = 0
+        for part in length_parts:
+            for a in range(0, len(part), _CHUNK):
+                chunk = part[a : a + _CHUNK]
+                pointers = np.empty(len(chunk), dtype="<i8")
+                pointers[0] = 0
+                np.cumsum(chunk[:-1], dtype=np.int64, out=pointers[1:])
+                pointers *= dt.itemsize
+                pointers += end
+                end = int(pointers[-1]) + int(chunk[-1]) * dt.itemsize
+                f.write(pointers)
+        for part in doc_idx_parts:
+            for a in range(0, len(part), _CHUNK):
+                f.write(np.ascontiguousarray(part[a : a + _CHUNK], dtype="<i8"))
+
+
+class _Growing:
+    """A 1-D numpy array with amortised O(1) append: preallocated, doubled when full."""
+
+    def __init__(self, dtype: str, capacity: int = 1 << 16) -> None:
+        self._data = np.empty(capacity, dtype=dtype)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _reserve(self, extra: int) -> None:
+        if self._n + extra > len(self._data):
+            grown = np.empty(max(2 * len(self._data), self._n + extra), dtype=self._data.dtype)
+            grown[: self._n] = self._data[: self._n]
+            self._data = grown
+
+    def append(self, value: int) -> None:
+        self._reserve(1)
+        self._data[self._n] = value
+        self._n += 1
+
+    def extend(self, values: np.ndarray) -> None:
+        self._reserve(len(values))
+        self._data[self._n : self._n + len(values)] = values
+        self._n += len(values)
+
+    def view(self) -> np.ndarray:
+        return self._data[: self._n]
+
+
+class _Aborted(Exception):
+    """Passed to the temporary-file context managers when a builder is aborted without an exception."""
+
+
+class IndexedDatasetBuilder:
+    """Streaming writer of ``PREFIX.bin``/``PREFIX.idx``.
+
+    Tokens go to a temporary ``.bin`` as they are added; lengths and the document index grow in numpy
+    arrays; ``close()`` writes the ``.idx`` and renames both files into place. Used as a context manager,
+    an exception aborts: temporary files are removed and no final file appears.
+    """
+
+    def __init__(self, prefix: PathLike, dtype: DTypeLike = np.int32) -> None:
+        self.prefix = os.fspath(prefix)
+        self.dtype = token_dtype(dtype)
+        self._lengths = _Growing("<i4")
+        self._doc_idx = _Growing("<i8")
+        self._doc_idx.append(0)
+        self._num_tokens = 0
+        self._stack = contextlib.ExitStack()
+        try:
+            self._idx_tmp = self._stack.enter_context(atomic_path(idx_path(prefix)))
+            bin_tmp = self._stack.enter_context(atomic_path(bin_path(prefix)))
+            bin_file = open(bin_tmp, "wb", buffering=1 << 20)  # noqa: SIM115 - closed by the exit stack
+            self._bin: IO[bytes] | None = self._stack.enter_context(bin_file)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __enter__(self) -> IndexedDatasetBuilder:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self._lengths)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self._doc_idx) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+    def _as_tokens(self, tokens: npt.ArrayLike) -> np.ndarray:
+        """``tokens`` as a 1-D array of the file dtype; values that do not fit are an error, not a wrap."""
+        arr = np.asarray(tokens)
+        if arr.ndim != 1:
+            raise ValueError(f"tokens must be 1-D, got shape {arr.shape}")
+        if arr.size == 0:
+            return np.empty(0, self.dtype)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(f"tokens must be integers, got {arr.dtype}")
+        if not np.can_cast(arr.dtype, self.dtype):
+            info = np.iinfo(self.dtype)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise ValueError(f"token ids {lo}..{hi} do not fit {self.dtype.name}")
+        return np.ascontiguousarray(arr, dtype=self.dtype)
+
+    def _write(self, arr: np.ndarray) -> None:
+        if self._bin is None:
+            raise ValueError(f"{self.prefix}: builder is closed")
+        self._bin.write(arr)
+        self._num_tokens += len(arr)
+
+    def add_item(self, tokens: npt.ArrayLike) -> None:
+        """Append one sequence to the current document (finish it with ``end_document``)."""
+        arr = self._as_tokens(tokens)
+        if len(arr) > np.iinfo(np.int32).max:
+            raise ValueError(f"a sequence holds at most 2**31-1 tokens, got {len(arr)}")
+        self._write(arr)
+        self._lengths.append(len(arr))
+
+    def end_document(self) -> None:
+        """Close the current document: all sequences added since the previous one."""
+        self._doc_idx.append(len(self._lengths))
+
+    def add_document(self, tokens: npt.ArrayLike) -> None:
+        """Append one document made of one sequence."""
+        self.add_item(tokens)
+        self.end_document()
+
+    def add_documents(self, flat_tokens: npt.ArrayLike, lengths: npt.ArrayLike) -> None:
+        """Append many one-sequence documents at once: ``flat_tokens`` cut by ``lengths`` (vectorised)."""
+        lens = np.asarray(lengths)
+        if lens.ndim != 1 or (lens.size and lens.dtype.kind not in "iu"):
+            raise ValueError("lengths must be a 1-D integer array")
+        lens = lens.astype(np.int64)
+        if lens.size and (lens.min() < 0 or lens.max() > np.iinfo(np.int32).max):
+            raise ValueError("lengths must be in 0..2**31-1")
+        arr = self._as_tokens(flat_tokens)
+        if int(lens.sum()) != len(arr):
+            raise ValueError(f"lengths sum to {int(lens.sum())} but {len(arr)} tokens were given")
+        self._write(arr)
+        first = len(self._lengths)
+        self._lengths.extend(lens)
+        self._doc_idx.extend(np.arange(first + 1, first + len(lens) + 1, dtype=np.int64))
+
+    def close(self) -> None:
+        """Write the ``.idx`` and rename both files into place (no-op when already closed)."""
+        if self._bin is None:
+            return
+        try:
+            if self._doc_idx.view()[-1] != len(self._lengths):
+                raise IndexedDatasetError(
+                    f"{self.prefix}: {len(self._lengths) - self._doc_idx.view()[-1]} sequence(s) added "
+                    "after the last end_document()"
+                )
+            self._bin.close()
+            self._bin = None
+            write_index(self._idx_tmp, self.dtype, [self._lengths.view()], [self._doc_idx.view()])
+        except BaseException as exc:
+            self.abort(exc)
+            raise
+        self._stack.close()
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Discard everything written: remove the temporary files."""
+        self._bin = None
+        exc = exc if exc is not None else _Aborted()
+        self._stack.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
+    """Append ``nbytes`` bytes of file ``src`` starting at ``offset`` to the open binary file ``dst``.
+
+    Copies in the kernel with ``os.copy_file_range``, falling back to ``os.sendfile`` and then to a
+    buffered read/write loop where the file system or platform does not support it.
+    """
+    dst.flush()
+    pos = dst.tell()
+    with open(src, "rb") as f:
+        done = _copy_kernel(f.fileno(), dst.fileno(), offset, nbytes, pos)
+        if done < nbytes:
+            f.seek(offset + done)
+            dst.seek(pos + done)
+            remaining = nbytes - done
+            while remaining:
+                buf = f.read(min(remaining, 1 << 24))
+                if not buf:
+                    break
+                dst.write(buf)
+                remaining -= len(buf)
+            done = nbytes - remaining
+    if done < nbytes:
+        raise IndexedDatasetError(f"{src}: ends before byte {offset + nbytes} (copied {done} of {nbytes})")
+    dst.seek(pos + nbytes)
+
+
+_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP, errno.EBADF}
+
+
+def _copy_kernel(fd_in: int, fd_out: int, offset: int, nbytes: int, pos: int) -> int:
+    """Copy with ``copy_file_range`` or ``sendfile``; return the bytes copied (short at end of file or when
+    neither is supported)."""
+    done = 0
+    copy_file_range = getattr(os, "copy_file_range", None)
+    if copy_file_range is not None:
+        try:
+            while done < nbytes:
+                n = copy_file_range(fd_in, fd_out, min(nbytes - done, _COPY_CHUNK), offset + done, pos + done)
+                if n == 0:
+                    return done
+                done += n
+            return done
+        except OSError as e:
+            if e.errno not in _UNSUPPORTED:
+                raise
+    sendfile = getattr(os, "sendfile", None)
+    if sendfile is None:
+        return done
+    try:
+        os.lseek(fd_out, pos + done, os.SEEK_SET)
+        while done < nbytes:
+            n = sendfile(fd_out, fd_in, offset + done, min(nbytes - done, _COPY_CHUNK))
+            if n == 0:
+                break
+            done += n
+    except OSError as e:
+        if e.errno not in _UNSUPPORTED:
+            raise
+    return done
+
+
+def _same_file(a: str, b: str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def merge(prefixes: Sequence[PathLike], out_prefix: PathLike) -> dict[str, Any]:
+    """Concatenate datasets in the given order into ``out_prefix``; return the counts.
+
+    Every input is verified first; all must share one dtype. ``.bin`` bytes are copied in the kernel; the
+    index is built with numpy (memory bounded by the indexes, not the data). Output is atomic.
+    """
+    if not prefixes:
+        raise IndexedDatasetError("merge: no inputs")
+    out = os.fspath(out_prefix)
+    inputs = [os.fspath(p) for p in prefixes]
+    per_input: list[dict[str, Any]] = []
+    length_parts: list[np.ndarray] = []
+    doc_idx_parts = [np.zeros(1, dtype=np.int64)]
+    offset = 0
+    for p in inputs:
+        if _same_file(bin_path(p), bin_path(out)):
+            raise IndexedDatasetError(f"{bin_path(out)}: merge output is also an input")
+        per_input.append({"prefix": p, **verify(p)})
+        # Copy the index arrays so that no input stays mapped (one open descriptor per mapping).
+        ds = IndexedDataset(p)
+        if ds.dtype not in TOKEN_DTYPE_CODES:
+            raise IndexedDatasetError(f"{ds.idx_path}: dtype {ds.dtype.name} is not a token dtype")
+        if ds.dtype.name != per_input[0]["dtype"]:
+            raise IndexedDatasetError(
+                f"{ds.idx_path}: dtype {ds.dtype.name} differs from {idx_path(inputs[0])} "
+                f"({per_input[0]['dtype']}); all merge inputs must share one dtype"
+            )
+        length_parts.append(np.array(ds.lengths))
+        doc_idx_parts.append(ds.doc_idx[1:] + offset)
+        offset += ds.num_sequences
+        del ds
+    with atomic_path(idx_path(out)) as idx_tmp, atomic_path(bin_path(out)) as bin_tmp:
+        with open(bin_tmp, "wb") as f:
+            for p in inputs:
+                copy_range(bin_path(p), 0, _size(bin_path(p)), f)
+        write_index(idx_tmp, per_input[0]["dtype"], length_parts, doc_idx_parts)
+    return {
+        "documents": sum(x["documents"] for x in per_input),
+        "sequences": offset,
+        "tokens": sum(x["tokens"] for x in per_input),
+        "dtype": per_input[0]["dtype"],
+        "inputs": per_input,
+    }
+
+
+def write_slice(src_prefix: PathLike, doc_start: int, doc_stop: int, out_prefix: PathLike) -> dict[str, Any]:
+    """Write documents ``[doc_start, doc_stop)`` of ``src_prefix`` as a new dataset ``out_prefix``.
+
+    One byte-range copy of ``.bin`` plus index arithmetic. The source is not re-verified (callers cutting
+    many slices verify it once); the written index is consistent whenever the source is.
+    """
+    src = IndexedDataset(src_prefix)
+    span = src.documents(doc_start, doc_stop)
+    if src.dtype not in TOKEN_DTYPE_CODES:
+        raise IndexedDatasetError(f"{src.idx_path}: dtype {src.dtype.name} is not a token dtype")
+    lengths = src.lengths[span.seq_start : span.seq_stop]
+    doc_idx = src.doc_idx[doc_start : doc_stop + 1] - span.seq_start
+    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
+        with open(bin_tmp, "wb") as f:
+            copy_range(src.bin_path, span.byte_start, span.nbytes, f)
+        write_index(idx_tmp, src.dtype, [lengths], [doc_idx])
+    return {
+        "documents": doc_stop - doc_start,
+        "sequences": span.seq_stop - span.seq_start,
+        "tokens": span.num_tokens,
+        "dtype": src.dtype.name,
+        "byte_start": span.byte_start,
+        "byte_stop": span.byte_stop,
+    }
+
+
+def fingerprint(prefix: PathLike) -> dict[str, Any]:
+    """Cheap identity of a dataset: blake2b of the ``.idx`` file and the ``.bin`` size."""
+    with open(idx_path(prefix), "rb") as f:
+        digest = hashlib.file_digest(f, "blake2b").hexdigest()
+    return {"idx_blake2b": digest, "bin_bytes": _size(bin_path(prefix))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``verify PREFIX...``, ``info PREFIX``, ``merge --output OUT [--log FILE] IN...``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.indexed_dataset", description=__doc__.split("\n\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_verify = sub.add_parser("verify", help="check every invariant of each dataset")
+    p_verify.add_argument("prefixes", nargs="+", metavar="PREFIX")
+    p_info = sub.add_parser("info", help="print counts as JSON")
+    p_info.add_argument("prefix", metavar="PREFIX")
+    p_merge = sub.add_parser("merge", help="concatenate datasets in the given order")
+    p_merge.add_argument("--output", required=True, metavar="OUT", help="output prefix")
+    p_merge.add_argument("--log", metavar="FILE", help="write a JSON merge log here")
+    p_merge.add_argument("inputs", nargs="+", metavar="IN", help="input prefixes, merged in this order")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "verify":
+            failed = 0
+            for prefix in args.prefixes:
+                try:
+                    s = verify(prefix)
+                except IndexedDatasetError as e:
+                    print(f"error: {e}", file=sys.stderr)
+                    failed += 1
+                else:
+                    print(
+                        f"ok {prefix}: {s['documents']} documents, {s['sequences']} sequences, "
+                        f"{s['tokens']} tokens, {s['dtype']}"
+                    )
+            return 1 if failed else 0
+        if args.command == "info":
+            info = IndexedDataset(args.prefix).summary()
+            sys.stdout.buffer.write(dumps_json({"prefix": args.prefix, **info}))
+            return 0
+        fingerprints = [fingerprint(p) for p in args.inputs] if args.log else []
+        summary = merge(args.inputs, args.output)
+        if args.log:
+            for entry, fp in zip(summary["inputs"], fingerprints, strict=True):
+                entry.update(fp)
+            write_json(args.log, {"output": args.output, **summary})
+        print(
+            f"merged {len(args.inputs)} inputs into {args.output}: {summary['documents']} documents, "
+            f"{summary['sequences']} sequences, {summary['tokens']} tokens"
+        )
+        return 0
+    except (IndexedDatasetError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

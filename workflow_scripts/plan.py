@@ -1,0 +1,128 @@
+"""``snakemake plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+import pandas as pd
+
+from workflow_scripts.datapacks import PlanError, make_plan
+from workflow_scripts.fsio import atomic_path, read_json, write_json
+from workflow_scripts.indexed_dataset import IndexedDataset
+from workflow_scripts.mixture import MixtureError
+
+
+def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
+    """One row per pack, language and domain: tokens, shares, iteration math and time estimate."""
+    rows = []
+    for pack in plan["packs"]:
+        for s in pack["slices"]:
+            rows.append(
+                {
+                    "pack": pack["name"],
+                    "phase": pack["phase"],
+                    "mixture": pack["mixture"],
+                    "lang": s["lang"],
+                    "domain": s["domain"],
+                    "tokens": s["tokens"],
+                    "documents": s["documents"],
+                    "train_iters": pack["train_iters"],
+                    "iteration_offset": pack["iteration_offset"],
+                    "wall_hours": pack["wall_hours"],
+                }
+            )
+    df = pd.DataFrame(rows)
+    keys = ["pack", "phase", "mixture", "lang", "domain", "train_iters", "iteration_offset", "wall_hours"]
+    df = df.groupby(keys, sort=False, dropna=False, as_index=False)[["tokens", "documents"]].sum()
+    df["share"] = (df["tokens"] / df.groupby("pack")["tokens"].transform("sum")).round(4)
+    return df
+
+
+def pack_table(plan: dict[str, Any]) -> pd.DataFrame:
+    """One row per pack: its budget, real tokens, iterations, offset, upsampled sources and hours."""
+    return pd.DataFrame(
+        [
+            {
+                "pack": p["name"],
+                "phase": p["phase"],
+                "budget": p["budget"],
+                "tokens": p["tokens"],
+                "train_iters": p["train_iters"],
+                "iteration_offset": p["iteration_offset"],
+                "trained_tokens": p["trained_tokens"],
+                "wall_hours": p["wall_hours"],
+                "upsampled_sources": sum(s["upsampled"] for s in p["slices"]),
+            }
+            for p in plan["packs"]
+        ]
+    )
+
+
+def epochs_table(plan: dict[str, Any]) -> pd.DataFrame:
+    """Epochs read of every source after each pack (values above 1 mean upsampling)."""
+    return (
+        pd.DataFrame(
+            {p["name"]: {s["source"]: s["epochs_after"] for s in p["slices"]} for p in plan["packs"]}
+        )
+        .ffill(axis=1)
+        .fillna(0.0)
+    )
+
+
+def markdown(plan: dict[str, Any]) -> str:
+    """The human-readable plan."""
+    packs, epochs = pack_table(plan), epochs_table(plan)
+    upsampled = sorted(n for n, e in plan["final_epochs"].items() if e > 1)
+    lines = [
+        "# Datapack plan",
+        "",
+        f"tokens per iteration: {plan['tokens_per_iter']:,} (seq_length {plan['seq_length']} x global batch "
+        f"{plan['global_batch_size']}); epoch rule: {plan['epoch_rule']}; max tokens per pack: "
+        f"{plan['max_tokens_per_pack']:,}; total train_iters: {plan['total_train_iters']:,}",
+        "",
+        "## Packs",
+        "",
+        packs.to_markdown(index=False),
+        "",
+        "## Tokens by language and domain",
+        "",
+        plan_rows(plan).to_markdown(index=False),
+        "",
+        "## Epochs per source after each pack",
+        "",
+        epochs.to_markdown(),
+        "",
+    ]
+    if upsampled:
+        lines += [f"**Upsampled** (read more than once): {', '.join(upsampled)}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config-json", required=True, help="JSON with seed, training, datapacks, mixtures")
+    parser.add_argument("--signature", required=True, help="data signature JSON from the count stage")
+    parser.add_argument("--json", required=True, dest="out_json")
+    parser.add_argument("--csv", required=True, dest="out_csv")
+    parser.add_argument("--md", required=True, dest="out_md")
+    args = parser.parse_args(argv)
+    config = orjson.loads(args.config_json)
+    signature = read_json(args.signature)["prefixes"]
+    try:
+        plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
+    except (PlanError, MixtureError) as err:
+        raise SystemExit(f"plan: {err}") from None
+    write_json(args.out_json, plan)
+    with atomic_path(args.out_csv) as tmp:
+        plan_rows(plan).to_csv(tmp, index=False)
+    text = markdown(plan)
+    with atomic_path(args.out_md) as tmp:
+        tmp.write_text(text)
+    sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Cut one datapack's slices out of the tokenized sources, continuing from the previous pack's cursor.
+
+Slices are byte-range copies of the source ``.bin`` plus index arithmetic (no re-tokenization), named as in
+seed 000: ``{source}_slice{k}_{first_doc}_{tokens}``. The pack's ``state.json`` holds the cursor of every
+source after the pack; the next pack starts from it, so the chain of packs is explicit in the DAG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workflow_scripts.datapacks import shuffle_permutation
+from workflow_scripts.fsio import atomic_path, read_json, write_json
+from workflow_scripts.indexed_dataset import (
+    IndexedDataset,
+    IndexedDatasetBuilder,
+    bin_path,
+    copy_range,
+    idx_path,
+    verify,
+    write_index,
+)
+
+GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
+
+
+class StateMismatch(RuntimeError):
+    """The previous pack's cursor is not where the plan expects this pack to start."""
+
+
+def write_ranges(src_prefix: str, ranges: list[tuple[int, int]], out_prefix: str) -> dict[str, int]:
+    """Write documents ``[a, b)`` of each range, in order, as one dataset (a wrapped slice has two)."""
+    src = IndexedDataset(src_prefix)
+    lengths, doc_idx = [], [np.zeros(1, dtype=np.int64)]
+    sequences = tokens = 0
+    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
+        with open(bin_tmp, "wb") as out:
+            for a, b in ranges:
+                span = src.documents(a, b)
+                copy_range(src.bin_path, span.byte_start, span.nbytes, out)
+                lengths.append(src.lengths[span.seq_start : span.seq_stop])
+                doc_idx.append(src.doc_idx[a + 1 : b + 1] - span.seq_start + sequences)
+                sequences += span.seq_stop - span.seq_start
+                tokens += span.num_tokens
+        write_index(idx_tmp, src.dtype, lengths, doc_idx)
+    return {"documents": sum(b - a for a, b in ranges), "sequences": sequences, "tokens": tokens}
+
+
+def write_shuffled(src_prefix: str, name: str, seed: int, out_prefix: str) -> dict[str, Any]:
+    """Write a copy of a source with its documents in the plan's seeded order (done once per source)."""
+    src = IndexedDataset(src_prefix)
+    order = shuffle_permutation(src.num_documents, seed, name)
+    first_seq = src.doc_idx[order]
+    if np.any(src.doc_idx[order + 1] - first_seq != 1):
+        raise ValueError(f"{src_prefix}: shuffling needs one sequence per document")
+    starts, lens = src.pointers[first_seq] // src.itemsize, src.lengths[first_seq].astype(np.int64)
+    with IndexedDatasetBuilder(out_prefix, src.dtype) as builder:
+        a = 0
+        while a < len(order):
+            b = a + max(1, int(np.searchsorted(np.cumsum(lens[a:]), GATHER_TOKENS)))
+            flat = np.concatenate(
+                [src.tokens[s : s + n] for s, n in zip(starts[a:b], lens[a:b], strict=True)]
+            )
+            builder.add_documents(flat, lens[a:b])
+            a = b
+    return {
+        "source": src_prefix,
+        "documents": len(order),
+        "seed": seed,
+        "crc": zlib.crc32(order.tobytes()),
+    }
+
+
+def pack_start(plan: dict[str, Any], index: int) -> dict[str, dict[str, int]]:
+    """The cursors the plan expects before pack ``index``."""
+    if index == 0:
+        return {name: {"epoch": 0, "doc": 0} for name in plan["final_epochs"]}
+    return plan["packs"][index - 1]["state_after"]
+
+
+def slice_pack(
+    plan: dict[str, Any], pack_name: str, out_dir: str, state_in: str | None, sources_dir: str | None
+) -> dict[str, Any]:
+    """Write the pack's slices; return its stats (with the cursor after it under ``state``)."""
+    index = next((i for i, p in enumerate(plan["packs"]) if p["name"] == pack_name), None)
+    if index is None:
+        raise KeyError(f"pack {pack_name!r} is not in the plan")
+    pack = plan["packs"][index]
+    expected = pack_start(plan, index)
+    if state_in is not None:
+        state = read_json(state_in)["cursors"]
+        if state != expected:
+            raise StateMismatch(
+                f"{state_in}: the cursor after the previous pack differs from the plan; rerun the earlier "
+                "packs (snakemake reruns them when their plan entry changed)"
+            )
+    checked: set[str] = set()
+    slices = []
+    for s in pack["slices"]:
+        src = os.path.join(sources_dir, s["source"]) if sources_dir else s["prefix"]
+        if src not in checked:
+            verify(src)
+            checked.add(src)
+        out = os.path.join(out_dir, s["name"])
+        counts = write_ranges(src, [(a, b) for _, a, b in s["ranges"]], out)
+        if counts["tokens"] != s["tokens"] or counts["documents"] != s["documents"]:
+            raise RuntimeError(f"{out}: wrote {counts} but the plan says {s['tokens']} tokens")
+        slices.append(
+            {
+                "prefix": out,
+                "source": s["source"],
+                **counts,
+                "epochs_after": s["epochs_after"],
+                "upsampled": s["upsampled"],
+            }
+        )
+    taken = sum(s["tokens"] for s in slices)
+    return {
+        "pack": pack_name,
+        "budget": pack["budget"],
+        "tokens": taken,
+        "documents": sum(s["documents"] for s in slices),
+        "over_budget": taken - pack["budget"],
+        "slices": slices,
+        "state": pack["state_after"],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_slice = sub.add_parser("slice", help="cut one pack's slices")
+    p_slice.add_argument("--plan", required=True)
+    p_slice.add_argument("--pack", required=True)
+    p_slice.add_argument("--state-in", help="state.json of the previous pack (none for the first pack)")
+    p_slice.add_argument("--sources-dir", help="read sources from here (their shuffled copies)")
+    p_slice.add_argument("--out-dir", required=True)
+    p_slice.add_argument("--state-out", required=True)
+    p_slice.add_argument("--stats", required=True)
+    p_slice.add_argument("--list", required=True, help="write the slice prefixes here, in merge order")
+    p_shuffle = sub.add_parser("shuffle", help="write a source's documents in the plan's seeded order")
+    p_shuffle.add_argument("--prefix", required=True)
+    p_shuffle.add_argument("--name", required=True)
+    p_shuffle.add_argument("--seed", type=int, required=True)
+    p_shuffle.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "shuffle":
+        print(write_shuffled(args.prefix, args.name, args.seed, args.output))
+        return
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        stats = slice_pack(read_json(args.plan), args.pack, args.out_dir, args.state_in, args.sources_dir)
+    except (KeyError, StateMismatch) as err:
+        raise SystemExit(f"slicer: {err}") from None
+    write_json(args.stats, {k: v for k, v in stats.items() if k != "state"})
+    with atomic_path(args.list) as tmp:
+        tmp.write_text("".join(s["prefix"] + "\n" for s in stats["slices"]))
+    write_json(args.state_out, {"pack": args.pack, "cursors": stats["state"]})
+    print(f"{args.pack}: {len(stats['slices'])} slices, {stats['tokens']} tokens (budget {stats['budget']})")
+
+
+if __name__ == "__main__":
+    main()
