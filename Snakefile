@@ -3,7 +3,12 @@
 Keep this file cheap to parse: every Slurm job parses it again. All logic lives in workflow_scripts/.
 """
 
+import os
+import sys
+
 from snakemake.utils import min_version, validate
+
+sys.path.insert(0, workflow.basedir)  # the workflow_scripts package of this checkout
 
 min_version("9.0")
 
@@ -16,9 +21,10 @@ validate(config, "config/schema.yaml")
 
 include: "rules/common.smk"
 include: "rules/sample.smk"
+include: "rules/ingest.smk"
 
 
 rule all:
     default_target: True
     input:
-        sample_outputs(),
+        f"{SHARDS}/stats.json",

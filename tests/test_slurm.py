@@ -15,17 +15,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import snakemake_env, tail
 
 REPO = Path(__file__).resolve().parents[1]
 
 # The rule the Slurm test runs (a target rule without wildcards): the first rule of the workflow.
 TARGET = "sample"
-# What a temporary copy of the workflow needs (missing entries are skipped).
-COPY = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
 SNAKEMAKE_TIMEOUT_S = 300
 JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
 # node states (sinfo %t) in which the cluster takes jobs; anything else (down, drain, no answer ...) skips
@@ -62,43 +60,6 @@ def slurm_cluster():
     return state
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    # the interpreter running the tests (the venv) first: snakemake, and `python` inside the rules
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.pop("SNAKEMAKE_PROFILE", None)
-    # started from inside a Slurm job, the plugin would warn and nest; the test cluster is a fresh start
-    for key in [k for k in env if k.startswith("SLURM_")]:
-        del env[key]
-    return env
-
-
-def _copy_workflow(dest: Path) -> Path:
-    assert (REPO / "Snakefile").is_file(), f"no Snakefile in {REPO}"
-    dest.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
-    for name in COPY:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=ignore)
-        elif src.is_file():
-            shutil.copy2(src, dest / name)
-    return dest
-
-
-def _snakemake(args: list[str], cwd: Path, timeout_s: int = SNAKEMAKE_TIMEOUT_S, env=None):
-    cmd = ["timeout", "-s", "KILL", str(timeout_s), sys.executable, "-m", "snakemake", *args]
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=timeout_s + 30
-    )
-    proc.output = proc.stdout + proc.stderr
-    return proc
-
-
-def _tail(text: str, n: int = 60) -> str:
-    return "\n".join(text.splitlines()[-n:])
-
-
 def _slurm_records(workdir: Path) -> dict[str, dict[str, str]]:
     """Job id -> {state, comment} for the jobs Slurm still knows (squeue: MinJobAge) or logged (jobcomp)."""
     records: dict[str, dict[str, str]] = {}
@@ -126,17 +87,22 @@ def _slurm_records(workdir: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slurm
-def test_workflow_runs_through_slurm(slurm_cluster, tmp_path):
-    wf = _copy_workflow(tmp_path / "wf")
+def test_workflow_runs_through_slurm(slurm_cluster, workflow, tmp_path):
+    wf = workflow.root
     results = tmp_path / "results"
-    proc = _snakemake(
-        ["--profile", "profiles/slurm-local", "--config", f"output_root={results}", "--", TARGET],
-        cwd=wf,
+    proc = workflow.run(
+        "--profile",
+        "profiles/slurm-local",
+        "--config",
+        f"output_root={results}",
+        "--",
+        TARGET,
+        timeout_s=SNAKEMAKE_TIMEOUT_S,
     )
     assert proc.returncode not in (124, 137, -9), (
-        f"snakemake killed after {SNAKEMAKE_TIMEOUT_S} s (the Slurm status hang?)\n{_tail(proc.output)}"
+        f"snakemake killed after {SNAKEMAKE_TIMEOUT_S} s (the Slurm status hang?)\n{tail(proc.output)}"
     )
-    assert proc.returncode == 0, f"snakemake failed (rc {proc.returncode}):\n{_tail(proc.output)}"
+    assert proc.returncode == 0, f"snakemake failed (rc {proc.returncode}):\n{tail(proc.output)}"
 
     # the outputs are there
     produced = [p for p in results.rglob("*") if p.is_file()]
@@ -145,7 +111,7 @@ def test_workflow_runs_through_slurm(slurm_cluster, tmp_path):
     # Slurm ran the jobs: the plugin's per-job logs are named by Slurm job id ...
     log_root = wf / ".snakemake" / "slurm_logs"
     logs = sorted(log_root.rglob("*.log"))
-    assert logs, f"no Slurm job logs under {log_root}:\n{_tail(proc.output)}"
+    assert logs, f"no Slurm job logs under {log_root}:\n{tail(proc.output)}"
     job_ids = {p.stem for p in logs}
     assert all(re.fullmatch(r"\d+(_\d+)?", j) for j in job_ids), job_ids
     rule_dirs = {p.relative_to(log_root).parts[0] for p in logs}
@@ -192,23 +158,22 @@ def test_slurm_local_profile_avoids_the_status_hang(monkeypatch):
     assert "debug" in conf and "slurm_partition" in args.default_resources
 
 
-def test_lumi_profile_needs_the_account_and_defaults_partitions(tmp_path):
-    wf = _copy_workflow(tmp_path / "wf")
-    env = _env()
+def test_lumi_profile_needs_the_account_and_defaults_partitions(workflow):
+    env = snakemake_env()
     for key in ("SNAKEPACK_SLURM_ACCOUNT", "SNAKEPACK_CPU_PARTITION", "SNAKEPACK_GPU_PARTITION"):
         env.pop(key, None)
 
-    missing = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
+    missing = workflow.run("--dry-run", "--profile", "profiles/lumi", TARGET, timeout_s=120, env=env)
     assert missing.returncode != 0
-    assert "SNAKEPACK_SLURM_ACCOUNT is not set" in missing.output, _tail(missing.output)
+    assert "SNAKEPACK_SLURM_ACCOUNT is not set" in missing.output, tail(missing.output)
 
     env["SNAKEPACK_SLURM_ACCOUNT"] = "project_465000000"
-    ok = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
-    assert ok.returncode == 0, _tail(ok.output)
+    ok = workflow.run("--dry-run", "--profile", "profiles/lumi", TARGET, timeout_s=120, env=env)
+    assert ok.returncode == 0, tail(ok.output)
     assert "slurm_account=project_465000000" in ok.output
     assert "slurm_partition=small" in ok.output
 
     env["SNAKEPACK_CPU_PARTITION"] = "debug"
-    ok = _snakemake(["--dry-run", "--profile", "profiles/lumi", TARGET], cwd=wf, timeout_s=120, env=env)
-    assert ok.returncode == 0, _tail(ok.output)
+    ok = workflow.run("--dry-run", "--profile", "profiles/lumi", TARGET, timeout_s=120, env=env)
+    assert ok.returncode == 0, tail(ok.output)
     assert "slurm_partition=debug" in ok.output

@@ -1,0 +1,83 @@
+"""The workflow end to end on real data: the embedded sample, and a user's own sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from conftest import Workflow
+
+from workflow_scripts.sample import generate
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+    """The main job (`snakemake --profile profiles/local`) on the embedded sample, run once here."""
+    wf = Workflow(tmp_path_factory.mktemp("sample") / "wf")
+    wf.ok("--profile", "profiles/local", "--cores", "2")
+    return wf
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+
+
+def test_bad_records_land_in_quarantine(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    manifest = orjson.loads((results / "sample" / "manifest.json").read_bytes())
+    quarantined = [
+        (q["file"], q["line"], q["reason"])
+        for f in (results / "shards").glob("*/quarantine.jsonl")
+        for q in jsonl(f)
+    ]
+    expected = [(b["file"], b["line"], b["reason"]) for b in manifest["bad_records"]]
+    assert sorted(quarantined) == sorted(expected)
+
+
+def test_ingest_stats_add_up(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    manifest = orjson.loads((results / "sample" / "manifest.json").read_bytes())
+    stats = orjson.loads((results / "shards" / "stats.json").read_bytes())
+    good = sum(f["docs"] for f in manifest["files"])
+    assert stats["docs_out"] == good
+    assert stats["docs_in"] == good + len(manifest["bad_records"])
+    assert stats["docs_in"] == stats["docs_out"] + sum(stats["rejected"].values())
+    shards = sorted(p.name for p in (results / "shards").glob("*/*_split_*.jsonl"))
+    assert "en_web_cc_split_0000.jsonl" in shards and "zh_wiki_zhwiki_split_0000.jsonl" in shards
+    assert sum(len(jsonl(p)) for p in (results / "shards").glob("*/*_split_*.jsonl")) == good
+
+
+def test_rerun_is_a_no_op(sample_run: Workflow) -> None:
+    out = sample_run.ok("--profile", "profiles/local", "--cores", "2", "-n")
+    assert "Nothing to be done" in out
+
+
+def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    generate(raw, seed=3, scale=0.2)
+    (raw / "manifest.json").unlink()
+    config = {
+        "sample": {"enabled": False},
+        "sources": [
+            {
+                "name": "vendor",
+                "paths": [f"{raw}/*_part-*"],
+                "name_regex": r"^(?P<lang>[a-z]{2})_"
+                r"(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part-\d+",
+            }
+        ],
+    }
+    (workflow.root / "extra.yaml").write_text(yaml.safe_dump(config))
+    args = ("--profile", "profiles/local", "--cores", "2", "--configfile", "extra.yaml")
+    workflow.ok(*args)
+    shards = workflow.root / "results" / "shards"
+    before = {p: p.stat().st_mtime_ns for p in shards.glob("*/*_split_*.jsonl")}
+    (raw / "de_news_wire_part-00002.jsonl").write_bytes((raw / "de_news_wire_part-00001.jsonl").read_bytes())
+    workflow.ok(*args)
+    after = {p: p.stat().st_mtime_ns for p in shards.glob("*/*_split_*.jsonl")}
+    changed = {p.parent.name for p in after if after[p] != before.get(p)}
+    assert changed == {"de_news_wire"}
+    stats = orjson.loads((shards / "de_news_wire" / "stats.json").read_bytes())
+    assert stats["files"] == 2 and stats["docs_out"] == 2 * stats["inputs"][0]["docs_out"]

@@ -1,0 +1,401 @@
+"""INGEST stage: raw vendor files of one source group -> size-targeted jsonl shards, quarantine and stats.
+
+Usage::
+
+    python -m workflow_scripts.ingest --input FILE... --output-dir D --shard-size BYTES
+        (--lang L --domain X --subdomain Y | --name-regex R) [--format F] [--text-key K ...] [--id-key K]
+        [--min-chars N] [--min-words N] [--no-nfc] [--compress zst] [--strict]
+
+Output in ``D``: ``{lang}_{domain}_{subdomain}_split_{NNNN}.jsonl[.zst]`` shards, ``quarantine.jsonl`` and
+``stats.json``. Contract:
+
+- Inputs: ``jsonl``, ``jsonl.gz``, ``jsonl.zst``, ``txt[.gz|.zst]`` (one document per line), ``parquet`` (read
+  in record batches), all streamed; the format comes from the extension unless ``--format`` is given. The
+  group comes from the options or from ``--name-regex`` (``re.search`` on each base name, named groups
+  lang/domain/subdomain); all files of one call must give the same group (see :func:`group_files`).
+- Record (compact JSON, this key order): ``id, text, lang, domain, subdomain, source, line, meta``;
+  ``source`` is the input file name, ``line`` the 1-based line (parquet: row) number, ``id`` the vendor id
+  (``--id-key``; ints become strings) or ``"{source}:{line}"`` when absent/null/empty, ``meta`` the vendor
+  record's other keys (``{}`` for txt). Several ``--text-key``: present values joined with "\\n\\n".
+- Text is kept as is apart from optional NFC; emptiness and ``min_chars`` look at the stripped text,
+  ``min_words`` counts whitespace-separated tokens.
+- Inputs are processed in sorted path order; same inputs and options -> same bytes. A new shard starts when
+  the next record would push the shard past ``shard_size`` uncompressed bytes, unless the shard is empty.
+- Rejects go to ``quarantine.jsonl`` as ``{file, line, reason, raw}`` (file: the input file name, raw: its
+  first 1000 bytes); reasons are :data:`REJECT_REASONS`. ``strict`` turns the first reject into
+  :class:`RejectedRecordError` (message ``{path}:{line}: rejected record ({reason})``).
+- Crash safety: shards and quarantine are written to temporary names and renamed only when every input was
+  read and the counts check passed; older shards of the same group in ``D`` are then removed and
+  ``stats.json`` is written last.
+- ``stats.json``: group, lang, domain, subdomain, files, bytes_in (on disk), docs_in, docs_out, rejected
+  (every reason -> count), shards ``[{name, docs, bytes (uncompressed)}]``, inputs ``[{path, format, bytes,
+  docs_in, docs_out}]``, options. ``docs_in == docs_out + sum(rejected)`` is always checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import os
+import re
+import sys
+import unicodedata
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from workflow_scripts.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.ingest_readers import (
+    FORMATS,
+    IngestError,
+    Reject,
+    iter_units,
+    make_decoder,
+    resolve_format,
+)
+
+__all__ = [
+    "IngestError",
+    "IngestOptions",
+    "RejectedRecordError",
+    "check_counts",
+    "clean_text",
+    "group_files",
+    "ingest",
+    "main",
+    "parse_name",
+]
+
+GROUP_FIELDS = ("lang", "domain", "subdomain")
+REJECT_REASONS = (
+    "malformed_json",
+    "invalid_utf8",
+    "not_object",
+    "missing_text",
+    "non_string_text",
+    "invalid_id",
+    "empty_text",
+    "too_short",
+)
+QUARANTINE_NAME = "quarantine.jsonl"
+STATS_NAME = "stats.json"
+RAW_PREVIEW_BYTES = 1000
+_GROUP_VALUE = re.compile(r"[a-z0-9]+")  # as the rules' {group} wildcard constraint
+_SHARD_TAIL = r"_split_\d{4,}\.jsonl(?:\.zst)?"
+_LINE = orjson.OPT_APPEND_NEWLINE
+
+
+class RejectedRecordError(IngestError):
+    """A rejected record in strict mode."""
+
+    def __init__(self, file: str, line: int, reason: str) -> None:
+        super().__init__(f"{file}:{line}: rejected record ({reason})")
+        self.file, self.line, self.reason = file, line, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestOptions:
+    """Options of one ingest run; give ``lang``/``domain``/``subdomain`` or ``name_regex``."""
+
+    shard_size: int
+    lang: str | None = None
+    domain: str | None = None
+    subdomain: str | None = None
+    name_regex: str | None = None
+    fmt: str | None = None
+    text_keys: tuple[str, ...] = ("text",)
+    id_key: str | None = "id"
+    min_chars: int = 0
+    min_words: int = 0
+    nfc: bool = True
+    compress: str | None = None
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        given = [v is not None for v in (self.lang, self.domain, self.subdomain)]
+        if self.name_regex is None and not all(given):
+            raise IngestError("give --lang, --domain and --subdomain, or --name-regex")
+        if self.name_regex is not None and any(given):
+            raise IngestError("--name-regex excludes --lang/--domain/--subdomain")
+        if self.shard_size <= 0 or self.min_chars < 0 or self.min_words < 0:
+            raise IngestError("shard_size must be > 0, min_chars and min_words >= 0")
+        if not self.text_keys:
+            raise IngestError("at least one text key is needed")
+        if self.compress not in (None, "zst"):
+            raise IngestError(f"unknown compression {self.compress!r} (known: zst)")
+
+
+def _check_group(values: Sequence[str | None], where: str) -> tuple[str, str, str]:
+    for field, value in zip(GROUP_FIELDS, values, strict=True):
+        if value is None or not _GROUP_VALUE.fullmatch(value):
+            raise IngestError(f"{where}: {field} {value!r} must match {_GROUP_VALUE.pattern}")
+    return tuple(values)  # type: ignore[return-value]
+
+
+def _compile_name_regex(name_regex: str) -> re.Pattern[str]:
+    try:
+        pattern = re.compile(name_regex)
+    except re.error as exc:
+        raise IngestError(f"invalid --name-regex {name_regex!r}: {exc}") from None
+    missing = [g for g in GROUP_FIELDS if g not in pattern.groupindex]
+    if missing:
+        raise IngestError(f"--name-regex {name_regex!r} lacks the named group(s) {', '.join(missing)}")
+    return pattern
+
+
+def parse_name(path: str | os.PathLike[str], name_regex: str | re.Pattern[str]) -> tuple[str, str, str]:
+    """(lang, domain, subdomain) from the file name (``re.search`` on the base name) of ``path``."""
+    pattern = name_regex if isinstance(name_regex, re.Pattern) else _compile_name_regex(name_regex)
+    name = os.path.basename(path)
+    match = pattern.search(name)
+    if match is None:
+        raise IngestError(f"{path}: file name {name!r} does not match --name-regex {pattern.pattern!r}")
+    return _check_group([match[g] for g in GROUP_FIELDS], str(path))
+
+
+def group_files(paths: Iterable[str | os.PathLike[str]], name_regex: str) -> dict[str, list[str]]:
+    """Group raw files by ``{lang}_{domain}_{subdomain}`` parsed from their names (no file is read).
+
+    Keys and the paths of each group are sorted; a name that does not match raises :class:`IngestError`.
+    """
+    pattern = _compile_name_regex(name_regex)
+    groups: dict[str, list[str]] = {}
+    for path in sorted(map(str, paths)):
+        groups.setdefault("_".join(parse_name(path, pattern)), []).append(path)
+    return dict(sorted(groups.items()))
+
+
+def _resolve_group(paths: Sequence[str], opts: IngestOptions) -> tuple[str, str, str]:
+    if opts.name_regex is None:
+        return _check_group([opts.lang, opts.domain, opts.subdomain], "options")
+    pattern = _compile_name_regex(opts.name_regex)
+    first = parse_name(paths[0], pattern)
+    for path in paths[1:]:
+        group = parse_name(path, pattern)
+        if group != first:
+            raise IngestError(
+                f"{path}: group {'_'.join(group)} differs from {'_'.join(first)} of {paths[0]};"
+                " ingest one group per call"
+            )
+    return first
+
+
+def clean_text(text: str, nfc: bool = True, min_chars: int = 0, min_words: int = 0) -> str:
+    """NFC-normalize (when asked and needed) and filter a text; raises :class:`Reject`."""
+    if nfc and not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    if not text or text.isspace():
+        raise Reject("empty_text")
+    if (min_chars and len(text.strip()) < min_chars) or (min_words and len(text.split()) < min_words):
+        raise Reject("too_short")
+    return text
+
+
+def check_counts(stats: dict[str, Any]) -> None:
+    """Raise AssertionError unless docs_in == docs_out + rejected and the shards hold docs_out records."""
+    docs_in, docs_out = stats["docs_in"], stats["docs_out"]
+    rejected = sum(stats["rejected"].values())
+    if docs_in != docs_out + rejected:
+        raise AssertionError(
+            f"ingest count mismatch: docs_in={docs_in} != docs_out={docs_out} + rejected={rejected}"
+        )
+    in_shards = sum(shard["docs"] for shard in stats["shards"])
+    if in_shards != docs_out:
+        raise AssertionError(f"ingest count mismatch: {in_shards} docs in shards != docs_out={docs_out}")
+
+
+class _ShardWriter:
+    """Writes lines to ``{prefix}_split_{NNNN}{suffix}`` shards of about ``target`` uncompressed bytes.
+
+    Each shard goes to a temporary path registered on ``stack``: renamed when the stack closes cleanly.
+    """
+
+    def __init__(self, stack: ExitStack, out_dir: Path, prefix: str, target: int, suffix: str) -> None:
+        self._stack, self._dir, self._prefix = stack, out_dir, prefix
+        self._target, self._suffix = target, suffix
+        self.shards: list[dict[str, Any]] = []
+        self._fh: IO[bytes] | None = None
+        self._docs = self._bytes = 0
+
+    def write(self, line: bytes) -> None:
+        if self._fh is None or self._bytes + len(line) > self._target:
+            self._next_shard()
+        self._fh.write(line)  # type: ignore[union-attr]
+        self._bytes += len(line)
+        self._docs += 1
+
+    def _next_shard(self) -> None:
+        self.finish()
+        name = f"{self._prefix}_split_{len(self.shards):04d}{self._suffix}"
+        self.shards.append({"name": name, "docs": 0, "bytes": 0})
+        self._fh = _open_on_stack(self._stack, self._dir / name)
+        self._docs = self._bytes = 0
+
+    def finish(self) -> None:
+        """Close the current shard and record its counts."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+            self.shards[-1].update(docs=self._docs, bytes=self._bytes)
+
+
+def _open_on_stack(stack: ExitStack, path: Path) -> IO[bytes]:
+    """Open a temporary file for ``path`` that ``stack`` closes, then renames (or deletes on error)."""
+    fh = open_binary_writer(stack.enter_context(atomic_path(path)))
+    stack.callback(fh.close)
+    return fh
+
+
+def _quarantine_entry(source: str, line: int, reason: str, raw: bytes | dict[str, Any]) -> bytes:
+    data = raw if isinstance(raw, bytes) else orjson.dumps(raw, default=str)
+    preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", "backslashreplace")
+    return orjson.dumps({"file": source, "line": line, "reason": reason, "raw": preview}, option=_LINE)
+
+
+def _ingest_file(
+    path: str,
+    fmt: str,
+    group: tuple[str, str, str],
+    opts: IngestOptions,
+    writer: _ShardWriter,
+    quarantine: IO[bytes],
+    rejected: dict[str, int],
+) -> dict[str, Any]:
+    """Stream one input into ``writer``/``quarantine``; returns its entry of ``stats["inputs"]``."""
+    source = os.path.basename(path)
+    lang, domain, subdomain = group
+    decode = make_decoder(fmt, opts.text_keys, opts.id_key)
+    docs_in = docs_out = 0
+    for line, raw in iter_units(path, fmt):
+        docs_in += 1
+        try:
+            text, vid, meta = decode(raw)
+            text = clean_text(text, opts.nfc, opts.min_chars, opts.min_words)
+        except Reject as rej:
+            if opts.strict:
+                raise RejectedRecordError(path, line, rej.reason) from None
+            rejected[rej.reason] += 1
+            quarantine.write(_quarantine_entry(source, line, rej.reason, raw))
+            continue
+        record = {
+            "id": vid or f"{source}:{line}",
+            "text": text,
+            "lang": lang,
+            "domain": domain,
+            "subdomain": subdomain,
+            "source": source,
+            "line": line,
+            "meta": meta,
+        }
+        writer.write(orjson.dumps(record, default=str, option=_LINE))
+        docs_out += 1
+    size = os.path.getsize(path)
+    return {"path": path, "format": fmt, "bytes": size, "docs_in": docs_in, "docs_out": docs_out}
+
+
+def _remove_stale_shards(out_dir: Path, prefix: str, keep: set[str]) -> None:
+    pattern = re.compile(re.escape(prefix) + _SHARD_TAIL)
+    for path in out_dir.iterdir():
+        if pattern.fullmatch(path.name) and path.name not in keep:
+            path.unlink()
+
+
+def ingest(
+    inputs: Iterable[str | os.PathLike[str]], output_dir: str | os.PathLike[str], opts: IngestOptions
+) -> dict[str, Any]:
+    """Ingest the raw files of one group into ``output_dir``; returns the stats also written to stats.json."""
+    paths = sorted(map(str, inputs))
+    if not paths:
+        raise IngestError("no input files")
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise IngestError(f"input file(s) not found: {', '.join(missing)}")
+    names = collections.Counter(os.path.basename(p) for p in paths)
+    duplicates = sorted(n for n, count in names.items() if count > 1)
+    if duplicates:
+        raise IngestError(f"input file names must be unique (ids use them): {', '.join(duplicates)}")
+    formats = [resolve_format(p, opts.fmt) for p in paths]
+    group = _resolve_group(paths, opts)
+    prefix = "_".join(group)
+    out = Path(output_dir)
+    rejected = dict.fromkeys(REJECT_REASONS, 0)
+    with ExitStack() as stack:
+        suffix = ".jsonl.zst" if opts.compress else ".jsonl"
+        writer = _ShardWriter(stack, out, prefix, opts.shard_size, suffix)
+        quarantine = _open_on_stack(stack, out / QUARANTINE_NAME)
+        inputs_stats = [
+            _ingest_file(path, fmt, group, opts, writer, quarantine, rejected)
+            for path, fmt in zip(paths, formats, strict=True)
+        ]
+        writer.finish()
+        stats = {
+            "group": prefix,
+            **dict(zip(GROUP_FIELDS, group, strict=True)),
+            "files": len(paths),
+            "bytes_in": sum(s["bytes"] for s in inputs_stats),
+            "docs_in": sum(s["docs_in"] for s in inputs_stats),
+            "docs_out": sum(s["docs_out"] for s in inputs_stats),
+            "rejected": rejected,
+            "shards": writer.shards,
+            "inputs": inputs_stats,
+            "options": dataclasses.asdict(opts),
+        }
+        check_counts(stats)
+    _remove_stale_shards(out, prefix, {shard["name"] for shard in writer.shards})
+    write_json(out / STATS_NAME, stats)
+    return stats
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI argument parser."""
+    p = argparse.ArgumentParser(prog="python -m workflow_scripts.ingest", description=__doc__.splitlines()[0])
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="raw files of one group")
+    p.add_argument("--output-dir", required=True, type=Path, help="shards, stats.json, quarantine.jsonl")
+    p.add_argument("--shard-size", required=True, type=int, metavar="BYTES", help="uncompressed target size")
+    p.add_argument("--lang")
+    p.add_argument("--domain")
+    p.add_argument("--subdomain")
+    p.add_argument("--name-regex", help="re.search on file names with named groups lang, domain, subdomain")
+    p.add_argument("--format", dest="fmt", choices=FORMATS, help="default: from the file extension")
+    p.add_argument(
+        "--text-key",
+        dest="text_keys",
+        action="extend",
+        nargs="+",
+        metavar="K",
+        help="text key(s), default text",
+    )
+    p.add_argument("--id-key", default="id", help="vendor id key (default: id; '' ignores vendor ids)")
+    p.add_argument("--min-chars", type=int, default=0)
+    p.add_argument("--min-words", type=int, default=0)
+    p.add_argument("--no-nfc", dest="nfc", action="store_false", help="skip NFC normalization")
+    p.add_argument("--compress", choices=["zst"], help="write .jsonl.zst shards")
+    p.add_argument("--strict", action="store_true", help="fail on the first rejected record")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    args = vars(build_parser().parse_args(argv))
+    inputs, output_dir = args.pop("input"), args.pop("output_dir")
+    args["text_keys"] = tuple(args["text_keys"] or ("text",))
+    try:
+        stats = ingest(inputs, output_dir, IngestOptions(**args))
+    except IngestError as exc:
+        print(f"ingest: error: {exc}", file=sys.stderr)
+        return 1
+    rejected = sum(stats["rejected"].values())
+    print(
+        f"ingest {stats['group']}: {stats['files']} files, {stats['docs_in']} docs in,"
+        f" {stats['docs_out']} out, {rejected} rejected, {len(stats['shards'])} shards -> {output_dir}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
