@@ -4,8 +4,9 @@ The plan is computed from the index lengths alone (no ``.bin`` is read), so a 30
 seconds, and it is exact: the slicer later copies precisely the document ranges written here.
 
 * Phases are given by ``iters`` (the pack is sized so exactly that many iterations read it once),
-  ``tokens``, or ``fraction`` of all training tokens (a cooldown: carved out of the phase before it, so
-  the total stays as planned, seed 000's ``--cd_phase``).
+  ``tokens``, or ``fraction`` of all training tokens up to the end of that phase (a cooldown, seed 000's
+  ``--cd_phase``): it is carved out of the phase before it, so that total stays as planned, and phases
+  appended later (a context extension) change nothing before them.
 * A phase is cut into packs of at most ``max_tokens_per_pack`` (the last one holds the remainder).
 * A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
   whole documents until its share is reached (so a pack holds its budget to within one document per
@@ -86,6 +87,11 @@ class Source:
         return ranges
 
 
+def short_name(name: str) -> str:
+    """A source's name without counts and key, ``en_web_cc_split_0000`` (slice file names use it)."""
+    return name.split("_dc=")[0].removesuffix("_text_document")
+
+
 def shuffle_permutation(documents: int, seed: int, name: str) -> np.ndarray:
     """The fixed order in which a shuffled source's documents are read (seeded per source name)."""
     return np.random.default_rng([seed, zlib.crc32(name.encode())]).permutation(documents)
@@ -116,13 +122,12 @@ def phase_budgets(training: dict[str, Any], phases: list[dict[str, Any]]) -> lis
             budgets.append(int(phase["tokens"]))
         else:
             budgets.append(0)
-    total = sum(budgets)
     for i, phase in enumerate(phases):
         if "fraction" not in phase:
             continue
         if i == 0 or "fraction" in phases[i - 1]:
             raise PlanError(f"phase {phase['name']}: a fraction phase must follow a phase with a budget")
-        budgets[i] = round(float(phase["fraction"]) * total)
+        budgets[i] = round(float(phase["fraction"]) * sum(budgets[:i]))
         budgets[i - 1] -= budgets[i]
         if budgets[i - 1] <= 0:
             raise PlanError(
@@ -154,12 +159,11 @@ def make_plan(
     shuffle, seed = bool(datapacks.get("shuffle")), int(config["seed"])
     sources: dict[str, Source] = {}
     for entry in signature:
+        name = short_name(entry["name"])
         lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
         if shuffle:
-            lens = lens[shuffle_permutation(len(lens), seed, entry["name"])]
-        sources[entry["name"]] = Source(
-            entry["name"], entry["prefix"], np.concatenate([[0], np.cumsum(lens)])
-        )
+            lens = lens[shuffle_permutation(len(lens), seed, name)]
+        sources[name] = Source(name, entry["prefix"], np.concatenate([[0], np.cumsum(lens)]))
     packs: list[dict[str, Any]] = []
     offset = 0
     for phase, budget in zip(phases, budgets, strict=True):
@@ -198,19 +202,16 @@ def make_plan(
 
 
 def _name_of(signature: list[dict[str, Any]], prefix: str) -> str:
-    return next(e["name"] for e in signature if e["prefix"] == prefix)
+    return short_name(next(e["name"] for e in signature if e["prefix"] == prefix))
 
 
 def _wall_hours(training: dict[str, Any], tokens: int) -> float | None:
-    keys = ("model_params", "gpus", "tflops_per_gpu")
-    if not all(training.get(k) for k in keys):
+    if not all(training.get(k) for k in ("model_params", "gpus", "tflops_per_gpu")):
         return None
-    return round(
-        wall_time_hours(
-            tokens, float(training["model_params"]), int(training["gpus"]), float(training["tflops_per_gpu"])
-        ),
-        3,
+    hours = wall_time_hours(
+        tokens, float(training["model_params"]), int(training["gpus"]), float(training["tflops_per_gpu"])
     )
+    return float(f"{hours:.4g}")
 
 
 def _slice_pack(

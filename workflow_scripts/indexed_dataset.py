@@ -671,13 +671,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_merge = sub.add_parser("merge", help="concatenate datasets in the given order")
     p_merge.add_argument("--output", required=True, metavar="OUT", help="output prefix")
     p_merge.add_argument("--log", metavar="FILE", help="write a JSON merge log here")
-    p_merge.add_argument("inputs", nargs="+", metavar="IN", help="input prefixes, merged in this order")
+    p_merge.add_argument("--list", metavar="FILE", help="read input prefixes from FILE, one a line, first")
+    p_merge.add_argument("inputs", nargs="*", metavar="IN", help="input prefixes, merged in this order")
     args = parser.parse_args(argv)
+    if args.command == "merge":
+        listed = Path(args.list).read_text().split() if args.list else []
+        args.inputs = listed + args.inputs
+        if not args.inputs:
+            parser.error("merge: give input prefixes or --list FILE")
 
     try:
         if args.command == "verify":
             failed = 0
-            for prefix in args.prefixes:
+            for prefix in (p.removesuffix(".bin").removesuffix(".idx") for p in args.prefixes):
                 try:
                     s = verify(prefix)
                 except IndexedDatasetError as e:

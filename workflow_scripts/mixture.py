@@ -15,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from workflow_scripts.fsio import read_json, write_json
 
 NEOX_MAX_PATHS = 254  # GPT-NeoX BlendableDataset indexes datasets with uint8 and asserts < 255
@@ -148,16 +150,14 @@ def mixture_report(name: str, signature: list[dict[str, Any]], mixture: dict[str
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Compute a named mixture's per-source probabilities.")
     parser.add_argument("--signature", required=True, help="data signature JSON from the count stage")
-    parser.add_argument("--mixtures", required=True, help="JSON file with {name: mixture}")
     parser.add_argument("--name", required=True)
+    parser.add_argument("--mixture-json", required=True, help="the mixture: lang_prob, data_ratio, exclude")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    mixtures = read_json(args.mixtures)
-    if args.name not in mixtures:
-        parser.error(f"no mixture named {args.name!r} in {args.mixtures}")
     try:
-        report = mixture_report(args.name, read_json(args.signature)["prefixes"], mixtures[args.name])
-    except MixtureError as err:
+        mixture = orjson.loads(args.mixture_json)
+        report = mixture_report(args.name, read_json(args.signature)["prefixes"], mixture)
+    except (MixtureError, orjson.JSONDecodeError) as err:
         raise SystemExit(f"mixture {args.name}: {err}") from None
     write_json(args.output, report)
     if report["neox"] is None:
