@@ -22,9 +22,16 @@ validate(config, "config/schema.yaml")
 include: "rules/common.smk"
 include: "rules/sample.smk"
 include: "rules/ingest.smk"
+include: "rules/tokenize.smk"
+include: "rules/datapacks.smk"
 
 
 rule all:
     default_target: True
     input:
         f"{SHARDS}/stats.json",
+        f"{TOK}/stats.json",
+        f"{TOK}/signature.json",
+        expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
+        f"{OUT}/plan.md",
+        merged_packs,

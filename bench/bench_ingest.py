@@ -4,7 +4,7 @@
 
 Generates (deterministically) multilingual-looking jsonl in bench/_work, times the baseline in-process and
 the ingest CLI as a subprocess (one process, one core), prints MB/s of both, their ratio, the goal and the
-ingest process's peak RSS. bench/_work is removed at the end unless --keep.
+ingest process's peak RSS. bench/_work/ingest is removed at the end unless --keep.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "bench" / "_work"
+WORK = ROOT / "bench" / "_work" / "ingest"
 GOAL_MB_S = 80.0
 MB = 1_000_000
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--files", type=int, default=4, help="number of input files (default 4)")
     parser.add_argument("--shard-mb", type=int, default=64, help="target shard size (default 64 MB)")
     parser.add_argument("--compress", choices=["zst"], help="compress the output shards")
-    parser.add_argument("--keep", action="store_true", help="keep bench/_work")
+    parser.add_argument("--keep", action="store_true", help="keep bench/_work/ingest")
     args = parser.parse_args(argv)
     try:
         start = time.perf_counter()

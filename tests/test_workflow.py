@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 import yaml
 from conftest import Workflow
 
+from workflow_scripts.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.sample import generate
 
 
@@ -81,3 +83,46 @@ def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: 
     assert changed == {"de_news_wire"}
     stats = orjson.loads((shards / "de_news_wire" / "stats.json").read_bytes())
     assert stats["files"] == 2 and stats["docs_out"] == 2 * stats["inputs"][0]["docs_out"]
+
+
+def load_plan(wf: Workflow) -> dict:
+    return orjson.loads((wf.root / "results" / "plan.json").read_bytes())
+
+
+def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    plan = load_plan(sample_run)
+    assert [p["name"] for p in plan["packs"]][:2] == ["warmup_0", "main_1"]
+    for pack in plan["packs"]:
+        merged = IndexedDataset(results / "merged" / pack["name"] / pack["name"])
+        verify(merged.prefix)
+        assert merged.num_tokens == pack["tokens"] and merged.num_documents == pack["documents"]
+        i = 0
+        for s in pack["slices"]:
+            source = IndexedDataset(sample_run.root / s["prefix"])
+            for _, a, b in s["ranges"]:
+                for doc in (a, b - 1):  # the first and last document of every range, by content
+                    j = i + doc - a
+                    assert np.array_equal(merged.document(j), source.document(doc)), (pack["name"], s["name"])
+                i += b - a
+    offsets = [p["iteration_offset"] for p in plan["packs"]]
+    assert offsets == [sum(p["train_iters"] for p in plan["packs"][:k]) for k in range(len(offsets))]
+
+
+def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    before = load_plan(sample_run)
+    files = {p: p.stat().st_mtime_ns for p in (results / "merged").rglob("*") if p.is_file()}
+    files |= {p: p.stat().st_mtime_ns for p in (results / "datapacks").rglob("*") if p.is_file()}
+    config = yaml.safe_load((sample_run.root / "config" / "config.yaml").read_text())
+    config["datapacks"]["phases"].append({"name": "ext", "tokens": 20000, "mixture": "main"})
+    (sample_run.root / "more.yaml").write_text(yaml.safe_dump({"datapacks": config["datapacks"]}))
+    sample_run.ok(
+        "--profile", "profiles/local", "--cores", "2", "--configfile", "config/config.yaml", "more.yaml"
+    )
+    after = load_plan(sample_run)
+    assert after["packs"][:-1] == before["packs"] and after["packs"][-1]["name"] == "ext_5"
+    assert all(p.stat().st_mtime_ns == t for p, t in files.items()), "an earlier pack was rewritten"
+    assert (results / "merged" / "ext_5" / "ext_5.bin").is_file()
+    state = orjson.loads((results / "datapacks" / "ext_5" / "state.json").read_bytes())
+    assert state["cursors"] == after["packs"][-1]["state_after"]

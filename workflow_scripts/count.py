@@ -1,0 +1,142 @@
+"""COUNT stage: counts of tokenized shards, count-carrying link names, and the data signature.
+
+Usage::
+
+    python -m workflow_scripts.count --prefixes P1 P2 ... --links-dir D --signature OUT.json
+
+Each ``P`` is a tokenized prefix named ``{lang}_{domain}_{subdomain}_split_{NNNN}_{key}_document`` (the
+tokenize stage's output). Its counts come from the index alone (the file is fully verified, which reads
+the index arrays, not the tokens): documents ``dc = D - 1``, sequences ``sc = S``, tokens ``tc =
+sum(lengths)``. For each prefix, ``D/{name}_dc={dc}_sc={sc}_tc={tc}.bin`` and ``.idx`` are made as
+**relative symbolic links** to the tokenized files (seed 001's naming, no copies). Relative symlinks
+rather than hard links: they follow a re-tokenized file (an atomic rewrite gives the ``.bin`` a new inode,
+which would leave a hard link on stale data), they survive moving or copying the whole results tree
+(``mv``, ``cp -a``, ``rsync -a``) as long as ``D`` and the tokenized directory move together, and a broken
+one is visible rather than silently holding a second copy when the tree is copied across file systems.
+
+``D`` is rebuilt as a whole (built beside it, then swapped in), so it holds exactly the links of this run;
+declare it as a ``directory()`` output. The signature (``OUT.json``) lists every prefix, sorted by name,
+under ``"prefixes"``: ``prefix`` (the link prefix, ``D/{name}_dc=.._sc=.._tc=..``, as the mixture and
+training configs use it), ``name``, ``source`` (the tokenized prefix), ``lang``, ``domain``, ``subdomain``,
+``split``, ``key``, ``documents``, ``sequences``, ``tokens``, ``dtype``; and ``totals``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.fsio import write_json
+from workflow_scripts.indexed_dataset import IndexedDatasetError, verify
+
+NAME_RE = re.compile(
+    r"^(?P<lang>[A-Za-z0-9-]+)_(?P<domain>[A-Za-z0-9-]+)_(?P<subdomain>[A-Za-z0-9-]+)"
+    r"_split_(?P<split>\d+)_(?P<key>[A-Za-z0-9]+)_document$"
+)
+
+
+def parse_name(prefix: str) -> dict[str, str]:
+    """``lang``, ``domain``, ``subdomain``, ``split`` and ``key`` of a tokenized prefix's file name."""
+    name = os.path.basename(prefix)
+    match = NAME_RE.match(name)
+    if match is None:
+        raise ValueError(
+            f"{prefix}: name {name!r} does not match "
+            "{lang}_{domain}_{subdomain}_split_{NNNN}_{key}_document"
+        )
+    return match.groupdict()
+
+
+def counted_name(name: str, documents: int, sequences: int, tokens: int) -> str:
+    """Seed 001's name: ``{name}_dc={documents}_sc={sequences}_tc={tokens}``."""
+    return f"{name}_dc={documents}_sc={sequences}_tc={tokens}"
+
+
+def count_prefix(prefix: str) -> dict[str, Any]:
+    """Verify ``prefix`` and return its name fields and counts."""
+    fields = parse_name(prefix)
+    summary = verify(prefix)
+    name = counted_name(
+        os.path.basename(prefix), summary["documents"], summary["sequences"], summary["tokens"]
+    )
+    return {"name": name, "source": prefix, **fields, **summary}
+
+
+def _relative_link(target: str, link: Path) -> None:
+    """Make ``link`` a symlink to ``target``, relative to the directory the link will end up in."""
+    os.symlink(os.path.relpath(os.path.abspath(target), os.path.abspath(link.parent)), link)
+
+
+def make_links(entries: Sequence[dict[str, Any]], links_dir: str) -> None:
+    """Rebuild ``links_dir`` with ``{name}.bin/.idx`` relative symlinks for every entry.
+
+    The links are made in a sibling temporary directory (same parent, so relative targets stay valid)
+    that replaces ``links_dir`` only once complete. An existing ``links_dir`` must hold only symlinks (it
+    is removed); anything else there is an error, so a mistaken ``--links-dir`` cannot delete data.
+    """
+    final = Path(links_dir)
+    if final.is_dir() and not all(p.is_symlink() for p in final.iterdir()):
+        raise ValueError(f"{final}: holds files that are not links; refusing to replace it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")
+    old = final.with_name(f".old{os.getpid()}.{final.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for e in entries:
+            for ext in (".bin", ".idx"):
+                _relative_link(e["source"] + ext, tmp / (e["name"] + ext))
+        if final.exists() or final.is_symlink():
+            final.rename(old)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build_signature(prefixes: Sequence[str], links_dir: str) -> dict[str, Any]:
+    """Count every prefix and describe it with its link prefix; names must be unique."""
+    entries = sorted((count_prefix(p) for p in prefixes), key=lambda e: e["name"])
+    duplicates = sorted(
+        n for n, k in Counter(os.path.basename(e["source"]) for e in entries).items() if k > 1
+    )
+    if duplicates:
+        raise ValueError(f"two tokenized prefixes share a name: {duplicates}")
+    for e in entries:
+        e["prefix"] = os.path.join(links_dir, e["name"])
+    totals = {k: sum(e[k] for e in entries) for k in ("documents", "sequences", "tokens")}
+    return {"links_dir": links_dir, "prefixes": entries, "totals": {"prefixes": len(entries), **totals}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.count", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--prefixes", nargs="+", required=True, help="tokenized prefixes (no .bin/.idx)")
+    parser.add_argument("--links-dir", required=True, help="directory of the count-named links (rebuilt)")
+    parser.add_argument("--signature", required=True, help="data signature JSON to write")
+    args = parser.parse_args(argv)
+    try:
+        signature = build_signature(args.prefixes, args.links_dir)
+        make_links(signature["prefixes"], args.links_dir)
+        write_json(args.signature, signature)
+    except (IndexedDatasetError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    t = signature["totals"]
+    print(
+        f"counted {t['prefixes']} prefixes: {t['documents']} documents, {t['sequences']} sequences, "
+        f"{t['tokens']} tokens -> {args.signature}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Inspect a tokenized dataset: documents as text, pieces and ids; per-document token counts (seed 003).
+
+Run it as a module only (``python -m workflow_scripts.inspect``): run as a script path, this file would
+shadow the standard library's ``inspect``. Usage::
+
+    python -m workflow_scripts.inspect PREFIX [--tokenizer-model M.model] [-n 100] [--counts-out FILE]
+
+``PREFIX`` may also be given as ``PREFIX.bin`` or ``PREFIX.idx``. Prints the first ``-n`` documents (ids
+only without a model; text and pieces too with one; control tokens such as EOD or SFT markers are shown as
+their pieces inside the text). ``--counts-out`` writes every document's token count, one per line in
+document order (seed 003's ``count_tokens.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TextIO
+
+import numpy as np
+import sentencepiece as spm
+
+from workflow_scripts.fsio import atomic_path
+from workflow_scripts.indexed_dataset import IndexedDataset, IndexedDatasetError
+from workflow_scripts.tokenize import Tokenizer, TokenizerError
+
+
+def strip_suffix(prefix: str) -> str:
+    """``PREFIX`` from ``PREFIX``, ``PREFIX.bin`` or ``PREFIX.idx``."""
+    return prefix[:-4] if prefix.endswith((".bin", ".idx")) else prefix
+
+
+def document_token_counts(ds: IndexedDataset) -> np.ndarray:
+    """Tokens of every document (the sum of its sequences' lengths)."""
+    ends = np.zeros(ds.num_sequences + 1, np.int64)
+    np.cumsum(ds.lengths, out=ends[1:])
+    return ends[ds.doc_idx[1:]] - ends[ds.doc_idx[:-1]]
+
+
+def render_text(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> str:
+    """Decoded text, with control and unknown tokens (which ``decode`` drops) shown as their pieces."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in ids:
+        if sp.is_control(i) or sp.is_unknown(i):
+            out.append(sp.decode(run) + sp.id_to_piece(i))
+            run = []
+        else:
+            run.append(i)
+    out.append(sp.decode(run))
+    return "".join(out)
+
+
+def format_document(index: int, ids: np.ndarray, sp: spm.SentencePieceProcessor | None) -> Iterator[str]:
+    """The lines that show one document."""
+    token_ids = [int(i) for i in ids]
+    yield f"=== document {index}: {len(token_ids)} tokens ==="
+    if sp is not None:
+        yield "--- text ---"
+        yield render_text(sp, token_ids)
+        yield "--- pieces ---"
+        yield " ".join(sp.id_to_piece(token_ids))
+    yield "--- ids ---"
+    yield " ".join(map(str, token_ids))
+
+
+def show(ds: IndexedDataset, n: int, sp: spm.SentencePieceProcessor | None, out: TextIO) -> None:
+    """Write the first ``n`` documents of ``ds`` to ``out``."""
+    for d in range(min(n, ds.num_documents)):
+        for line in format_document(d, ds.document(d), sp):
+            out.write(line + "\n")
+
+
+def write_counts(ds: IndexedDataset, path: str) -> None:
+    """Write every document's token count, one per line, atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="ascii") as f:
+        for count in document_token_counts(ds).tolist():
+            f.write(f"{count}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.inspect", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("prefix", metavar="PREFIX", help="dataset prefix (or its .bin / .idx)")
+    parser.add_argument("--tokenizer-model", help="SentencePiece model, to show text and pieces")
+    parser.add_argument("-n", type=int, default=100, help="documents to show (default %(default)s; 0: none)")
+    parser.add_argument("--counts-out", metavar="FILE", help="write per-document token counts here")
+    args = parser.parse_args(argv)
+    try:
+        ds = IndexedDataset(strip_suffix(args.prefix))
+        sp = Tokenizer(args.tokenizer_model).sp if args.tokenizer_model else None
+        if args.counts_out:
+            write_counts(ds, args.counts_out)
+        show(ds, args.n, sp, sys.stdout)
+    except (IndexedDatasetError, TokenizerError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

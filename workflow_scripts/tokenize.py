@@ -1,0 +1,505 @@
+"""TOKENIZE stage: one jsonl shard -> Megatron ``{prefix}_{key}_document.bin/.idx`` with SentencePiece.
+
+Run it as a module only (``python -m workflow_scripts.tokenize``): run as a script path, this file would
+shadow the standard library's ``tokenize``. Argument names follow Megatron-LM ``tools/preprocess_data.py``
+where they overlap::
+
+    python -m workflow_scripts.tokenize --input SHARD.jsonl[.zst|.gz] --output-prefix P \\
+        --tokenizer-model M.model [--json-keys text] [--append-eod [--eod-piece '<|endoftext|>']] \\
+        [--prepend-bos [--bos-piece '<s>']] [--min-tokens N] [--sft] \\
+        [--sft-marker '<<<|user|>>>=<|user|>' ...] [--workers N] [--batch-mb 4]
+
+Outputs, all next to each other (D = ``P_text_document``): ``D.bin`` and ``D.idx`` (one sequence per
+document: [BOS] tokens [EOD]), ``D.quarantine.jsonl`` (one line per rejected record: ``line``, ``id``,
+``reason``, ``detail``) and ``D.stats.json`` (written last: ``docs_in``, ``docs_out``, ``rejected``,
+``tokens``, ``bytes``, ...). All are written atomically.
+
+Reject reasons: ``malformed_json`` (not JSON or not an object), ``missing_text`` (key missing or not a
+string), ``empty_text`` (whitespace only, or encodes to no token), ``marker_in_pretraining`` (a pretraining
+document containing an SFT marker), ``no_sft_marker`` (an SFT record without any marker) and
+``too_few_tokens`` (fewer than ``--min-tokens`` tokens before BOS/EOD are added; SFT marker tokens
+count). Blank lines are not records. ``docs_in == docs_out + sum(rejected)`` is checked.
+
+Tokens: EOD, BOS and SFT marker tokens are pieces of the model (looked up and validated: a piece missing
+from the model is an error, where SentencePiece's ``piece_to_id`` would silently give ``<unk>``) or explicit
+``id:N``. In SFT mode (``--sft``) the spans between markers are encoded and each marker becomes its token;
+in pretraining mode the markers are only searched for.
+
+Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
+encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
+the GIL) and writes the tokens with the vectorised builder. Memory is bounded by two batches plus the
+index arrays (12 bytes per document), whatever the shard size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import itertools
+import os
+import queue
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import orjson
+import sentencepiece as spm
+
+from workflow_scripts.fsio import atomic_path, open_binary, write_json
+from workflow_scripts.indexed_dataset import IndexedDatasetBuilder, IndexedDatasetError, best_dtype
+from workflow_scripts.sft import MarkerSplitter, parse_marker_specs
+
+REASONS = (
+    "malformed_json",
+    "missing_text",
+    "empty_text",
+    "marker_in_pretraining",
+    "no_sft_marker",
+    "too_few_tokens",
+)
+DEFAULT_EOD_PIECE = "<|endoftext|>"
+DEFAULT_BOS_PIECE = "<s>"
+
+T = TypeVar("T")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer model or token specification that cannot be used."""
+
+
+class Tokenizer:
+    """A SentencePiece model with validated token lookup and batched encoding to flat numpy arrays."""
+
+    def __init__(self, model_path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(model_path)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=self.path)
+        except (OSError, RuntimeError) as exc:
+            raise TokenizerError(f"{self.path}: cannot load SentencePiece model: {exc}") from None
+        self.vocab_size = self.sp.vocab_size()
+        self.numpy_output = _has_numpy_output(self.sp)
+
+    def token_id(self, spec: str) -> int:
+        """The id of a piece, or of ``id:N``; a piece missing from the model is an error, never ``<unk>``."""
+        if spec.startswith("id:"):
+            try:
+                token = int(spec[3:])
+            except ValueError:
+                raise TokenizerError(f"bad token id spec {spec!r} (expected id:N)") from None
+            if not 0 <= token < self.vocab_size:
+                raise TokenizerError(
+                    f"token {spec} is outside the vocabulary of {self.path} (0..{self.vocab_size - 1})"
+                )
+            return token
+        token = self.sp.piece_to_id(spec)
+        if self.sp.id_to_piece(token) != spec:
+            raise TokenizerError(
+                f"piece {spec!r} is not in {self.path} (SentencePiece would silently use <unk> id {token})"
+            )
+        return token
+
+    def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """Encode ``texts``; return all ids concatenated (int32) and the per-text lengths (int64)."""
+        if not texts:
+            return np.empty(0, np.int32), np.empty(0, np.int64)
+        texts = list(texts)
+        if self.numpy_output:
+            arrays = self.sp.encode(texts, num_threads=threads, out_type="numpy")
+            lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+            return np.concatenate(arrays), lengths
+        ids = self.sp.encode(texts, num_threads=threads)
+        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+        return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
+
+
+def _has_numpy_output(sp: spm.SentencePieceProcessor) -> bool:
+    """Whether this SentencePiece returns numpy arrays (``out_type="numpy"``; 0.2.3 does), which saves
+    building a Python int per token; older releases give int lists, flattened with ``np.fromiter``."""
+    try:
+        sp.encode(["a"], out_type="numpy")
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to do with each record; token ids are already resolved."""
+
+    json_key: str = "text"
+    eod_id: int | None = None  # appended to every document when set
+    bos_id: int | None = None  # prepended to every document when set
+    min_tokens: int = 0
+    sft: bool = False
+    marker_ids: Mapping[str, int] = field(default_factory=dict)  # SFT marker text -> token id (SFT mode)
+    markers: tuple[str, ...] = ()  # the marker texts (both modes)
+
+
+def resolve_settings(
+    tokenizer: Tokenizer,
+    *,
+    json_key: str = "text",
+    eod: str | None = None,
+    bos: str | None = None,
+    min_tokens: int = 0,
+    sft: bool = False,
+    sft_markers: Sequence[str] = (),
+) -> Settings:
+    """Settings from CLI-style values; EOD/BOS/marker tokens are looked up and validated.
+
+    ``eod``/``bos`` are a piece or ``id:N`` (``None``: not added); ``sft_markers`` are ``MARKER=TOKEN``
+    specs. Marker tokens are resolved in SFT mode only; pretraining mode just searches for the markers.
+    """
+    pairs = parse_marker_specs(sft_markers)
+    if sft and not pairs:
+        raise TokenizerError("SFT mode needs at least one --sft-marker MARKER=TOKEN")
+    if min_tokens < 0:
+        raise TokenizerError(f"min_tokens must be >= 0, got {min_tokens}")
+    return Settings(
+        json_key=json_key,
+        eod_id=None if eod is None else tokenizer.token_id(eod),
+        bos_id=None if bos is None else tokenizer.token_id(bos),
+        min_tokens=min_tokens,
+        sft=sft,
+        marker_ids={m: tokenizer.token_id(t) for m, t in pairs.items()} if sft else {},
+        markers=tuple(pairs),
+    )
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One rejected record: its 1-based line, id (if readable), reason and a short detail."""
+
+    line: int
+    id: Any
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class Batch:
+    """Accepted texts of a run of input lines, with the rejects found while parsing them."""
+
+    texts: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    ids: list[Any] = field(default_factory=list)
+    text_bytes: list[int] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    input_bytes: int = 0
+    size: int = 0  # text bytes, to cut batches
+
+    @property
+    def docs_in(self) -> int:
+        return len(self.texts) + len(self.rejects)
+
+
+def classify(
+    raw: bytes, line: int, settings: Settings, splitter: MarkerSplitter | None
+) -> tuple[Any, str | Reject]:
+    """Parse one input line: ``(id, text)`` for a record to encode, ``(None, Reject)`` otherwise."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, Reject(line, None, "malformed_json", str(exc)[:200])
+    if not isinstance(record, dict):
+        return None, Reject(line, None, "malformed_json", f"a JSON {type(record).__name__}, not an object")
+    rid = record.get("id")
+    text = record.get(settings.json_key)
+    if not isinstance(text, str):
+        what = "missing" if text is None else f"a {type(text).__name__}, not a string"
+        return None, Reject(line, rid, "missing_text", f"{settings.json_key!r} is {what}")
+    if not text.strip():
+        return None, Reject(line, rid, "empty_text", "whitespace only" if text else "empty string")
+    if splitter is not None:
+        has_marker = splitter.contains_marker(text)
+        if settings.sft and not has_marker:
+            return None, Reject(line, rid, "no_sft_marker", "SFT record without any marker")
+        if not settings.sft and has_marker:
+            return None, Reject(
+                line, rid, "marker_in_pretraining", "pretraining document contains an SFT marker"
+            )
+    return rid, text
+
+
+def read_batches(path: str, settings: Settings, batch_bytes: int) -> Generator[Batch, None, None]:
+    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text."""
+    splitter = MarkerSplitter(settings.markers) if settings.markers else None
+    batch = Batch()
+    with open_binary(path) as f:
+        for line, raw in enumerate(f, start=1):
+            batch.input_bytes += len(raw)
+            if raw.isspace():
+                continue
+            rid, text = classify(raw, line, settings, splitter)
+            if isinstance(text, Reject):
+                batch.rejects.append(text)
+                continue
+            nbytes = len(text.encode())
+            batch.texts.append(text)
+            batch.lines.append(line)
+            batch.ids.append(rid)
+            batch.text_bytes.append(nbytes)
+            batch.size += nbytes
+            if batch.size >= batch_bytes:
+                yield batch
+                batch = Batch()
+    if batch.docs_in or batch.input_bytes:
+        yield batch
+
+
+def prefetch(items: Generator[T, None, None], depth: int = 2) -> Iterator[T]:
+    """Run the generator ``items`` in a background thread, at most ``depth`` items ahead; its exceptions
+    re-raise here. Closing the returned iterator stops the thread and closes ``items``."""
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            with contextlib.closing(items):
+                for item in items:
+                    if stop.is_set():
+                        return
+                    q.put((True, item))
+            q.put((False, None))
+        except BaseException as exc:
+            q.put((False, exc))
+
+    thread = threading.Thread(target=produce, name="tokenize-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a pending put
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        thread.join()
+
+
+def encode_sft(
+    tokenizer: Tokenizer,
+    splitter: MarkerSplitter,
+    marker_ids: Mapping[str, int],
+    texts: Sequence[str],
+    threads: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Encode SFT texts: spans between markers batched through SentencePiece, markers as their ids."""
+    layouts = [splitter.split(t) for t in texts]
+    spans = [part for layout in layouts for part, is_marker in layout if not is_marker]
+    flat, span_lengths = tokenizer.encode_flat(spans, threads)
+    ends = np.cumsum(span_lengths)
+    pieces: list[np.ndarray] = []
+    lengths = np.zeros(len(texts), np.int64)
+    k = 0
+    for d, layout in enumerate(layouts):
+        for part, is_marker in layout:
+            if is_marker:
+                piece = np.array([marker_ids[part]], np.int32)
+            else:
+                piece = flat[ends[k] - span_lengths[k] : ends[k]]
+                k += 1
+            pieces.append(piece)
+            lengths[d] += len(piece)
+    return (np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths
+
+
+def frame(
+    flat: np.ndarray, lengths: np.ndarray, keep: np.ndarray, bos_id: int | None, eod_id: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the documents not in ``keep`` and wrap the others as ``[BOS] tokens [EOD]`` (vectorised)."""
+    if not keep.all():
+        flat = flat[np.repeat(keep, lengths)]
+        lengths = lengths[keep]
+    extra = (bos_id is not None) + (eod_id is not None)
+    if not extra:
+        return flat, lengths
+    out_lengths = lengths + extra
+    ends = np.cumsum(out_lengths)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, flat.dtype)
+    is_text = np.ones(len(out), bool)
+    if bos_id is not None:
+        starts = ends - out_lengths
+        out[starts] = bos_id
+        is_text[starts] = False
+    if eod_id is not None:
+        out[ends - 1] = eod_id
+        is_text[ends - 1] = False
+    out[is_text] = flat
+    return out, out_lengths
+
+
+def document_prefix(output_prefix: str, json_key: str = "text") -> str:
+    """Megatron's output name: ``{output_prefix}_{key}_document``."""
+    return f"{output_prefix}_{json_key}_document"
+
+
+def tokenize_file(
+    input_path: str,
+    output_prefix: str,
+    tokenizer: Tokenizer,
+    settings: Settings,
+    *,
+    workers: int = 1,
+    batch_bytes: int = 4 << 20,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Tokenize one shard into ``{output_prefix}_{key}_document``; return (and write) its stats."""
+    prefix = document_prefix(output_prefix, settings.json_key)
+    splitter = MarkerSplitter(settings.markers) if settings.sft else None
+    dtype = best_dtype(tokenizer.vocab_size)
+    rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
+    docs_in = docs_out = tokens = text_bytes = input_bytes = 0
+    started = last_report = time.monotonic()
+    with (
+        IndexedDatasetBuilder(prefix, dtype) as builder,
+        atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
+        open(quarantine_tmp, "wb") as quarantine,
+    ):
+        for batch in prefetch(read_batches(input_path, settings, batch_bytes)):
+            if splitter is not None:
+                flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
+            else:
+                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+            keep = (lengths > 0) & (lengths >= settings.min_tokens)
+            rejects = batch.rejects + [
+                Reject(
+                    batch.lines[i],
+                    batch.ids[i],
+                    "empty_text" if lengths[i] == 0 else "too_few_tokens",
+                    f"{lengths[i]} tokens" + ("" if lengths[i] == 0 else f" < {settings.min_tokens}"),
+                )
+                for i in np.flatnonzero(~keep)
+            ]
+            out, out_lengths = frame(flat, lengths, keep, settings.bos_id, settings.eod_id)
+            builder.add_documents(out, out_lengths)
+            for r in sorted(rejects, key=lambda r: r.line):
+                quarantine.write(orjson.dumps(r.__dict__) + b"\n")
+                rejected[r.reason] += 1
+            docs_in += batch.docs_in
+            docs_out += int(keep.sum())
+            tokens += len(out)
+            text_bytes += sum(itertools.compress(batch.text_bytes, keep))
+            input_bytes += batch.input_bytes
+            if progress and time.monotonic() - last_report > 30:
+                last_report = time.monotonic()
+                rate = input_bytes / 1e6 / (last_report - started)
+                print(f"{input_path}: {docs_in} documents, {tokens} tokens, {rate:.1f} MB/s", file=sys.stderr)
+        if docs_in != docs_out + rejected.total():  # inside the block: a mismatch leaves no output
+            raise RuntimeError(
+                f"{input_path}: {docs_in} documents in, {docs_out} out + {rejected.total()} rejected"
+            )
+    stats = {
+        "input": input_path,
+        "output_prefix": prefix,
+        "tokenizer_model": tokenizer.path,
+        "tokenizer_sha256": _sha256(tokenizer.path),
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": dtype.name,
+        "mode": "sft" if settings.sft else "pretrain",
+        "eod_id": settings.eod_id,
+        "bos_id": settings.bos_id,
+        "min_tokens": settings.min_tokens,
+        "sft_markers": dict(settings.marker_ids) if settings.sft else list(settings.markers),
+        "docs_in": docs_in,
+        "docs_out": docs_out,
+        "rejected": dict(rejected),
+        "tokens": tokens,
+        "bytes": text_bytes,
+        "input_bytes": input_bytes,
+    }
+    write_json(prefix + ".stats.json", stats)
+    if progress:
+        seconds = time.monotonic() - started
+        print(
+            f"{input_path}: {docs_out}/{docs_in} documents, {tokens} tokens, {input_bytes / 1e6:.1f} MB "
+            f"in {seconds:.1f}s ({input_bytes / 1e6 / max(seconds, 1e-9):.2f} MB/s, {workers} workers) "
+            f"-> {prefix}",
+            file=sys.stderr,
+        )
+    return stats
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.tokenize", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--input", required=True, help="jsonl shard (.jsonl, .jsonl.gz, .jsonl.zst)")
+    parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")
+    parser.add_argument("--tokenizer-model", required=True, help="SentencePiece .model file")
+    parser.add_argument("--json-keys", nargs="+", default=["text"], help="the text field (exactly one)")
+    parser.add_argument("--append-eod", action="store_true", help="append the EOD token to every document")
+    parser.add_argument(
+        "--eod-piece", default=DEFAULT_EOD_PIECE, help="EOD piece or id:N (default %(default)s)"
+    )
+    parser.add_argument("--prepend-bos", action="store_true", help="prepend the BOS token to every document")
+    parser.add_argument(
+        "--bos-piece", default=DEFAULT_BOS_PIECE, help="BOS piece or id:N (default %(default)s)"
+    )
+    parser.add_argument(
+        "--min-tokens", type=int, default=0, help="reject documents with fewer tokens (BOS/EOD not counted)"
+    )
+    parser.add_argument("--sft", action="store_true", help="SFT mode: markers become control tokens")
+    parser.add_argument(
+        "--sft-marker",
+        action="append",
+        default=[],
+        metavar="MARKER=TOKEN",
+        help="e.g. '<<<|user|>>>=<|user|>' or '<<<|user|>>>=id:7' (repeat; also needed in pretraining mode, "
+        "where documents containing a marker are rejected)",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="SentencePiece encoding threads")
+    parser.add_argument("--batch-mb", type=float, default=4.0, help="MB of text per encoding batch")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if len(args.json_keys) != 1:
+        build_parser().error("exactly one --json-keys value is supported (one output per run)")
+    if args.workers < 1 or args.batch_mb <= 0:
+        build_parser().error("--workers must be >= 1 and --batch-mb > 0")
+    try:
+        tokenizer = Tokenizer(args.tokenizer_model)
+        settings = resolve_settings(
+            tokenizer,
+            json_key=args.json_keys[0],
+            eod=args.eod_piece if args.append_eod else None,
+            bos=args.bos_piece if args.prepend_bos else None,
+            min_tokens=args.min_tokens,
+            sft=args.sft,
+            sft_markers=args.sft_marker,
+        )
+        tokenize_file(
+            args.input,
+            args.output_prefix,
+            tokenizer,
+            settings,
+            workers=args.workers,
+            batch_bytes=int(args.batch_mb * (1 << 20)),
+            progress=True,
+        )
+    except (TokenizerError, IndexedDatasetError, OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Train a SentencePiece tokenizer on a deterministic sample of jsonl shards (the default tokenizer).
+
+Usage::
+
+    python -m workflow_scripts.train_tokenizer SHARD.jsonl[.zst|.gz] ... --model-prefix P \\
+        [--vocab-size 32000] [--model-type bpe|unigram] [--max-sentences 2000000] [--seed 1234] \\
+        [--character-coverage 0.9995] [--control-symbols '<|endoftext|>,<|user|>,<|assistant|>'] \\
+        [--user-defined-symbols ''] [--threads 1] [--spm-option KEY=VALUE ...]
+
+writes ``P.model`` and ``P.vocab`` (``piece<TAB>score`` per line) atomically.
+
+Sampling: the ``text`` of every readable record is cut into lines (SentencePiece trains on sentences);
+a seeded reservoir sample of at most ``--max-sentences`` non-blank lines, in input order of the sorted
+shard paths, is the whole training input (SentencePiece's own sampling and shuffling are off). Same shards,
+options and seed: same model bytes (``--threads`` above 1 may change them for some model types; 1 is the
+default).
+
+The model is lossless for LLM text: ``identity`` normalization, whitespace kept, newlines and rare
+characters via ``byte_fallback``, ``hard_vocab_limit`` off so a small corpus still trains (the vocabulary may
+then be smaller than asked). The special tokens are ``control_symbols`` by default: they get ids (look them
+up with ``piece_to_id``) but raw text never encodes to them, so a web page quoting ``<|endoftext|>`` cannot
+forge a document end. ``--user-defined-symbols`` makes pieces that raw text does encode to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import sentencepiece as spm
+
+from workflow_scripts.fsio import atomic_path, open_binary
+
+DEFAULT_CONTROL_SYMBOLS = "<|endoftext|>,<|user|>,<|assistant|>"
+
+
+def iter_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
+    """The string ``json_key`` of every JSON object line of ``paths``; other lines are skipped."""
+    for path in paths:
+        with open_binary(path) as f:
+            for raw in f:
+                try:
+                    record = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                text = record.get(json_key) if isinstance(record, dict) else None
+                if isinstance(text, str):
+                    yield text
+
+
+def sample_lines(texts: Iterable[str], max_lines: int, seed: int) -> tuple[list[str], int]:
+    """Reservoir-sample (algorithm R, seeded) at most ``max_lines`` non-blank lines; also count them all."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    seen = 0
+    for text in texts:
+        for line in text.split("\n"):
+            if not line.strip():
+                continue
+            if seen < max_lines:
+                sample.append(line)
+            else:
+                j = rng.randrange(seen + 1)
+                if j < max_lines:
+                    sample[j] = line
+            seen += 1
+    return sample, seen
+
+
+def trainer_options(
+    *,
+    vocab_size: int,
+    model_type: str,
+    character_coverage: float,
+    control_symbols: Sequence[str],
+    user_defined_symbols: Sequence[str],
+    threads: int,
+    extra: dict[str, str],
+) -> dict[str, Any]:
+    """SentencePiece trainer options (``extra`` overrides, as SentencePiece flag strings)."""
+    options: dict[str, Any] = {
+        "model_type": model_type,
+        "vocab_size": vocab_size,
+        "character_coverage": character_coverage,
+        "byte_fallback": True,
+        "hard_vocab_limit": False,
+        "normalization_rule_name": "identity",
+        "remove_extra_whitespaces": False,
+        "allow_whitespace_only_pieces": True,
+        "max_sentence_length": 16384,
+        "input_sentence_size": 0,
+        "shuffle_input_sentence": False,
+        "num_threads": threads,
+        "unk_id": 0,
+        "bos_id": 1,
+        "eos_id": 2,
+        "pad_id": -1,
+        "minloglevel": 1,
+    }
+    if control_symbols:
+        options["control_symbols"] = list(control_symbols)
+    if user_defined_symbols:
+        options["user_defined_symbols"] = list(user_defined_symbols)
+    options.update(extra)
+    return options
+
+
+def train(sentences: Sequence[str], model_prefix: str, options: dict[str, Any]) -> spm.SentencePieceProcessor:
+    """Train on ``sentences``; write ``model_prefix.model`` and ``.vocab`` atomically; return the model."""
+    if not sentences:
+        raise ValueError("no training text: the inputs hold no non-blank text lines")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model, **options)
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    vocab = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.vocab_size()))
+    with atomic_path(model_prefix + ".model") as model_tmp, atomic_path(model_prefix + ".vocab") as vocab_tmp:
+        model_tmp.write_bytes(model.getvalue())
+        vocab_tmp.write_text(vocab, encoding="utf-8")
+    return sp
+
+
+def _symbols(value: str) -> list[str]:
+    return [s for s in value.split(",") if s]
+
+
+def _key_value(spec: str) -> tuple[str, str]:
+    key, sep, value = spec.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {spec!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflow_scripts.train_tokenizer", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst)")
+    parser.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
+    parser.add_argument(
+        "--max-sentences", "--input-sentence-size", type=int, default=2_000_000, help="lines sampled"
+    )
+    parser.add_argument("--seed", type=int, default=1234, help="seed of the line sample")
+    parser.add_argument("--character-coverage", type=float, default=0.9995)
+    parser.add_argument(
+        "--control-symbols",
+        type=_symbols,
+        default=_symbols(DEFAULT_CONTROL_SYMBOLS),
+        help="comma-separated (default %(default)s); '' for none",
+    )
+    parser.add_argument("--user-defined-symbols", type=_symbols, default=[], help="comma-separated")
+    parser.add_argument("--json-key", default="text")
+    parser.add_argument("--threads", type=int, default=1, help="SentencePiece trainer threads")
+    parser.add_argument(
+        "--spm-option",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other SentencePiece trainer option (repeat)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    paths = sorted(os.fspath(p) for p in args.inputs)
+    try:
+        sentences, seen = sample_lines(iter_texts(paths, args.json_key), args.max_sentences, args.seed)
+        options = trainer_options(
+            vocab_size=args.vocab_size,
+            model_type=args.model_type,
+            character_coverage=args.character_coverage,
+            control_symbols=args.control_symbols,
+            user_defined_symbols=args.user_defined_symbols,
+            threads=args.threads,
+            extra=dict(args.spm_option),
+        )
+        sp = train(sentences, args.model_prefix, options)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    nbytes = sum(len(s.encode()) for s in sentences)
+    print(
+        f"trained {args.model_type} tokenizer {args.model_prefix}.model: vocab {sp.vocab_size()} "
+        f"(asked {args.vocab_size}) on {len(sentences)} of {seen} lines ({nbytes / 1e6:.1f} MB) "
+        f"from {len(paths)} files, seed {args.seed}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
