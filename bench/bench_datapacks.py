@@ -1,0 +1,162 @@
+"""Benchmark: slicing a datapack out of its sources and merging it, against ``cat`` of the same bytes.
+
+Writes synthetic tokenized sources, plans one pack of about ``--pack-mb`` MB over them (the real planner,
+index lengths only), then alternates ``--repeats`` times: ``cat`` of the sources' ``.bin`` into one file,
+the slicer (byte-range copies of each source's share, seed 000 names) and the merge of the slices
+(Megatron ``add_index`` semantics), in a rotating order, each after reading its inputs once (warm page
+cache). Best time of each; MB = 10^6 bytes of ``.bin``. Goal: slicing and
+merging each run at >= 0.8 x the speed of cat of the same bytes. The pack's bytes are copied twice in
+the workflow (sources -> slices -> merged pack), so the end to end rate is also printed, against cat.
+
+    .venv/bin/python bench/bench_datapacks.py                 # 6 sources, 1.2 GB, a 1 GB pack
+    .venv/bin/python bench/bench_datapacks.py --pack-mb 200   # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_merge import make_input, timed
+
+from workflow_scripts.datapacks import make_plan
+from workflow_scripts.indexed_dataset import IndexedDataset, bin_path, merge, verify
+from workflow_scripts.slicer import slice_pack
+
+LANGS = ["en", "de", "fr", "ru", "zh", "ja"]
+
+
+def warm(paths: list[str]) -> None:
+    """Read the inputs once so every timed copy starts from the page cache (this VM evicts cold pages)."""
+    subprocess.run(["cat", *paths], stdout=subprocess.DEVNULL, check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, default=Path(__file__).resolve().parent / "_work")
+    parser.add_argument("--pack-mb", type=int, default=1000, help="size of the planned pack (MB of .bin)")
+    parser.add_argument("--sources", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_datapacks_", dir=args.workdir))
+    rng = np.random.default_rng(0)
+    dtype = np.dtype(np.uint16)
+    try:
+        per_source = int(args.pack_mb * 1.2 * 10**6) // args.sources
+        signature = []
+        for i in range(args.sources):
+            name = f"{LANGS[i % len(LANGS)]}_web_s{i}_split_0000_text_document"
+            make_input(work / name, per_source, dtype, rng)
+            ds = IndexedDataset(work / name)
+            signature.append(
+                {
+                    "prefix": str(work / name),
+                    "name": name,
+                    "lang": name[:2],
+                    "domain": "web",
+                    "tokens": ds.num_tokens,
+                }
+            )
+        src_bytes = sum(os.path.getsize(bin_path(e["prefix"])) for e in signature)
+        config = {
+            "seed": 1,
+            "training": {"seq_length": 4096, "global_batch_size": 64, "epoch_rule": "neox"},
+            "datapacks": {
+                "max_tokens_per_pack": 10**12,
+                "phases": [{"name": "main", "tokens": args.pack_mb * 10**6 // 2, "mixture": "m"}],
+            },
+            "mixtures": {"m": {}},
+        }
+        t = time.perf_counter()
+        plan = make_plan(config, signature, lambda p: IndexedDataset(p).lengths)
+        plan_s = time.perf_counter() - t
+        pack = plan["packs"][0]
+        pack_bytes = pack["tokens"] * dtype.itemsize
+        print(
+            f"sources: {args.sources} x {per_source / 1e6:.0f} MB; pack {pack['name']}: "
+            f"{pack_bytes / 1e6:.0f} MB, {pack['documents']} documents, {len(pack['slices'])} slices; "
+            f"planned in {plan_s:.2f} s"
+        )
+
+        cat_out, slices, merged = work / "cat.bin", work / "slices", work / "merged"
+
+        def run_cat() -> None:
+            with open(cat_out, "wb") as f:
+                subprocess.run(["cat", *(bin_path(e["prefix"]) for e in signature)], stdout=f, check=True)
+
+        def run_slice() -> None:
+            slices.mkdir(exist_ok=True)
+            slice_pack(plan, pack["name"], str(slices), None, None)
+
+        def clear(name: str) -> None:
+            """Remove a step's previous output outside the timing (freeing 1 GB of blocks takes a while)."""
+            if name == "cat":
+                cat_out.unlink(missing_ok=True)
+            elif name == "slice":
+                shutil.rmtree(slices, ignore_errors=True)
+            else:
+                for ext in (".bin", ".idx"):
+                    Path(f"{merged}{ext}").unlink(missing_ok=True)
+
+        def run_merge() -> None:
+            merge([str(slices / s["name"]) for s in pack["slices"]], merged)
+
+        sources = [bin_path(e["prefix"]) for e in signature]
+        reads = {
+            "cat": sources,
+            "slice": sources,
+            "merge": [str(slices / f"{s['name']}.bin") for s in pack["slices"]],
+        }
+        best = {"cat": float("inf"), "slice": float("inf"), "merge": float("inf")}
+        outs = {
+            "cat": cat_out,
+            "slice": slices / f"{pack['slices'][-1]['name']}.bin",
+            "merge": Path(bin_path(merged)),
+        }
+        for r in range(args.repeats):
+            steps = [("cat", run_cat), ("slice", run_slice), ("merge", run_merge)]
+            for name, fn in steps[r % 3 :] + steps[: r % 3]:  # rotate the order: no step always goes first
+                if name == "merge" and not outs["slice"].exists():
+                    run_slice()
+                clear(name)
+                warm(reads[name])
+                seconds = timed(fn, outs[name], fsync=False)
+                best[name] = min(best[name], seconds)
+                nbytes = src_bytes if name == "cat" else pack_bytes
+                print(f"run {r + 1} {name:5s} {seconds:7.3f} s  {nbytes / seconds / 1e6:8.0f} MB/s")
+        verify(merged)
+        cat_rate = src_bytes / best["cat"] / 1e6
+        slice_rate, merge_rate = pack_bytes / best["slice"] / 1e6, pack_bytes / best["merge"] / 1e6
+        both = pack_bytes / (best["slice"] + best["merge"]) / 1e6
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            f"best: cat {cat_rate:.0f} MB/s | slice {slice_rate:.0f} MB/s ({slice_rate / cat_rate:.2f}x cat)"
+            f" | merge {merge_rate:.0f} MB/s ({merge_rate / cat_rate:.2f}x cat)"
+        )
+        print(
+            f"pack end to end (slice + merge, two copies): {both:.0f} MB/s ({both / cat_rate:.2f}x one cat)"
+        )
+        ok = min(slice_rate, merge_rate) / cat_rate >= 0.8
+        print(
+            f"goal slice and merge >= 0.8x cat: {'met' if ok else 'NOT met'}; peak RSS {peak_mb:.0f} MB "
+            f"(indexes only: {pack['documents']} documents)"
+        )
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
