@@ -11,6 +11,7 @@ waits forever and ignores SIGTERM (see profiles/slurm-local/profile.yaml).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The rule the Slurm test runs (a target rule without wildcards): the first rule of the workflow.
 TARGET = "sample"
+GROUP = "de_news_wire"  # the ingest group the Slurm test builds after the sample
 SNAKEMAKE_TIMEOUT_S = 300
 JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
 # node states (sinfo %t) in which the cluster takes jobs; anything else (down, drain, no answer ...) skips
@@ -96,7 +98,7 @@ def test_workflow_runs_through_slurm(slurm_cluster, workflow, tmp_path):
         "--config",
         f"output_root={results}",
         "--",
-        TARGET,
+        f"{results}/shards/{GROUP}",  # the first rules: the sample, then one ingest group
         timeout_s=SNAKEMAKE_TIMEOUT_S,
     )
     assert proc.returncode not in (124, 137, -9), (
@@ -104,9 +106,10 @@ def test_workflow_runs_through_slurm(slurm_cluster, workflow, tmp_path):
     )
     assert proc.returncode == 0, f"snakemake failed (rc {proc.returncode}):\n{tail(proc.output)}"
 
-    # the outputs are there
-    produced = [p for p in results.rglob("*") if p.is_file()]
-    assert produced, f"no outputs under {results}"
+    # the outputs are there: the sample and the group's shards, counted
+    assert (results / "sample" / "manifest.json").is_file()
+    stats = json.loads((results / "shards" / GROUP / "stats.json").read_text())
+    assert stats["docs_out"] > 0 and (results / "shards" / GROUP / f"{GROUP}_split_0000.jsonl").is_file()
 
     # Slurm ran the jobs: the plugin's per-job logs are named by Slurm job id ...
     log_root = wf / ".snakemake" / "slurm_logs"
@@ -115,7 +118,7 @@ def test_workflow_runs_through_slurm(slurm_cluster, workflow, tmp_path):
     job_ids = {p.stem for p in logs}
     assert all(re.fullmatch(r"\d+(_\d+)?", j) for j in job_ids), job_ids
     rule_dirs = {p.relative_to(log_root).parts[0] for p in logs}
-    assert f"rule_{TARGET}" in rule_dirs, f"no Slurm log of rule {TARGET}: {logs}"
+    assert {f"rule_{TARGET}", "rule_ingest"} <= rule_dirs, f"no Slurm log of rules {TARGET}, ingest: {logs}"
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
     assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
     # ... each log is the job-side Snakemake run of the executor plugin
