@@ -438,3 +438,14 @@ def test_cli_errors(tmp_path: Path) -> None:
     assert proc.returncode == 1 and f"{path}: file name" in proc.stderr and "does not match" in proc.stderr
     proc = run_cli(*base, "--lang", "en", "--name-regex", REGEX)
     assert proc.returncode == 1 and "--name-regex excludes" in proc.stderr
+
+
+def test_truncated_zst_is_an_error_not_a_short_read(tmp_path: Path) -> None:
+    lines = b"".join(b'{"text": "document %d"}\n' % i for i in range(50_000))
+    frame = zstandard.ZstdCompressor().compress(lines)
+    path = tmp_path / "en_web_cc_part-1.jsonl.zst"
+    path.write_bytes(frame[: len(frame) // 2])
+    with pytest.raises(IngestError, match=r"en_web_cc_part-1\.jsonl\.zst: .*truncated zstd"):
+        ingest([path], tmp_path / "out", options())
+    path.write_bytes(frame + zstandard.ZstdCompressor().compress(b'{"text": "second frame"}\n'))
+    assert ingest([path], tmp_path / "out", options())["docs_out"] == 50_001

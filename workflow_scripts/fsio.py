@@ -52,11 +52,49 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     if name.endswith(".gz"):
         return gzip.open(name, "rb")
     if name.endswith(".zst"):
+        return io.BufferedReader(ZstdFrameReader(name), 1 << 20)
+    return open(name, "rb", buffering=1 << 20)
+
+
+class ZstdFrameReader(io.RawIOBase):
+    """Streaming zstd decompression that fails on a truncated file (python-zstandard's reader does not)."""
+
+    def __init__(self, path: str) -> None:
         import zstandard
 
-        raw = open(name, "rb")  # noqa: SIM115 - closed through the wrapper
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), 1 << 20)
-    return open(name, "rb", buffering=1 << 20)
+        self._path = path
+        self._raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dobj = self._dctx.decompressobj()
+        self._pending = b""
+        self._frame_started = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(1 << 20)
+            if not chunk:
+                if self._frame_started and not self._dobj.eof:
+                    raise OSError(f"{self._path}: truncated zstd stream (the last frame has no end)")
+                return 0
+            while chunk:
+                self._frame_started = True
+                self._pending += self._dobj.decompress(chunk)
+                chunk = b""
+                if self._dobj.eof:  # a file may hold several frames
+                    chunk = self._dobj.unused_data
+                    self._dobj = self._dctx.decompressobj()
+                    self._frame_started = bool(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def open_binary_writer(path: str | os.PathLike[str], level: int = 3) -> IO[bytes]:
