@@ -22,6 +22,7 @@ validate(config, "config/schema.yaml")
 include: "rules/common.smk"
 include: "rules/sample.smk"
 include: "rules/ingest.smk"
+include: "rules/dedup.smk"
 include: "rules/tokenize.smk"
 include: "rules/datapacks.smk"
 
@@ -30,6 +31,7 @@ rule all:
     default_target: True
     input:
         f"{SHARDS}/stats.json",
+        f"{DEDUP}/stats.json" if config["dedup"]["enabled"] else [],
         f"{TOK}/stats.json",
         f"{TOK}/signature.json",
         expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),

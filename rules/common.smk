@@ -23,6 +23,8 @@ wildcard_constraints:
     pack=r"[A-Za-z0-9-]+_\d+",
     source=r"[a-z0-9]+_[a-z0-9]+_[a-z0-9]+_split_\d+",
     mixture=r"[A-Za-z0-9_-]+",
+    part=r"\d+",
+    band=r"\d+",
 
 
 def sample_outputs():
@@ -52,15 +54,49 @@ def group_shards(group):
     return sorted(f"{outdir}/{name}{SHARD_EXT}" for name in names)
 
 
+DEDUP = f"{OUT}/dedup"
+DEDUP_WORK = f"{DEDUP}/_work"
+# The tokenizer reads the deduplicated shards, or the ingested ones when dedup is off.
+CORPUS = DEDUP if config["dedup"]["enabled"] else SHARDS
 TOK = f"{OUT}/tokenized"
 TOKENIZER = config["tokenizer"]["model"] or f"{OUT}/tokenizer/spm.model"
 DATAPACKS = f"{OUT}/datapacks"
 MERGED = f"{OUT}/merged"
 
 
-def corpus_shards(wildcards=None):
-    """The deduplicated shards of every group: the tokenizer's input."""
+def all_shards(wildcards=None):
+    """Every ingested shard."""
     return [s for group in GROUPS for s in group_shards(group)]
+
+
+def corpus_shards(wildcards=None):
+    """The shards the tokenizer reads: deduplicated (same names) or as ingested."""
+    return [s.replace(f"{SHARDS}/", f"{CORPUS}/", 1) for s in all_shards()]
+
+
+def shard_stem(path):
+    return os.path.basename(path).removesuffix(SHARD_EXT)
+
+
+def dedup_args():
+    """The dedup settings for the signatures step (the later steps read them from the signature files)."""
+    d = config["dedup"]
+    args = ["--seed", str(config["seed"]), "--threshold", str(d["threshold"]), "--num-perm", str(d["num_perm"])]
+    args += ["--ngram", str(d["ngram"]), "--char-ngram", str(d["char_ngram"]), "--char-langs", ",".join(d["char_langs"])]
+    args += ["--bands", str(d["bands"]), "--rows", str(d["rows"]), "--scope", d["scope"], "--verify", d["verify"]]
+    args += [f"--no-{k}" for k in ("lowercase", "nfkc", "punctuation", "digits", "exact") if not d[k]]
+    return shlex.join(args)
+
+
+def dedup_signatures(wildcards=None):
+    return [f"{DEDUP_WORK}/sig/{shard_stem(s)}.sig" for s in all_shards()]
+
+
+def dedup_pair_files():
+    """Exact-pass partitions and band-group x partition pair files."""
+    parts = range(config["dedup"]["partitions"])
+    exact = [f"{DEDUP_WORK}/pairs/exact_{p}.pairs" for p in parts]
+    return exact + [f"{DEDUP_WORK}/pairs/bands_{g}_{p}.pairs" for g in range(config["dedup"]["band_groups"]) for p in parts]
 
 
 def tokenized_prefixes():

@@ -29,7 +29,7 @@ rule train_tokenizer:
 
 rule tokenize:
     input:
-        shard=f"{SHARDS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
+        shard=f"{CORPUS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
         model=TOKENIZER,
     output:
         multiext(f"{TOK}/{{group}}_split_{{split}}_text_document", ".bin", ".idx", ".stats.json", ".quarantine.jsonl"),

@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import Workflow
 
+from workflow_scripts.dedup_params import DedupParams
+from workflow_scripts.dedup_text import Shingler
 from workflow_scripts.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.sample import generate
 
@@ -126,3 +128,44 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     assert (results / "merged" / "ext_5" / "ext_5.bin").is_file()
     state = orjson.loads((results / "datapacks" / "ext_5" / "state.json").read_bytes())
     assert state["cursors"] == after["packs"][-1]["state_after"]
+
+
+def shingle_jaccard(a: str, b: str, lang: str) -> float:
+    """Exact Jaccard of two texts' shingle sets, with dedup's own normalization and shingling."""
+    shingler = Shingler()
+    char = np.array([lang in DedupParams().char_langs] * 2)
+    units, offsets = shingler.units([a, b], char)
+    hashes, off = shingler.shingles(units, offsets, char)
+    values = (hashes >> np.uint64(32)).astype(np.uint32)
+    sa, sb = set(values[off[0] : off[1]].tolist()), set(values[off[1] : off[2]].tolist())
+    return len(sa & sb) / len(sa | sb)
+
+
+def test_dedup_removes_the_planted_duplicates(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    manifest = orjson.loads((results / "sample" / "manifest.json").read_bytes())
+    docs = {r["id"]: r for f in (results / "shards").glob("*/*_split_*.jsonl") for r in jsonl(f)}
+    removed = {r["id"]: r for f in (results / "dedup").glob("*/removed/*.jsonl") for r in jsonl(f)}
+    kept = {r["id"] for f in (results / "dedup").glob("*/*_split_*.jsonl") for r in jsonl(f)}
+    assert len(kept) + len(removed) == len(docs) and not kept & set(removed)
+    planted = manifest["exact_duplicates"] + manifest["near_duplicates"]
+    expected = [
+        d
+        for d in planted
+        if shingle_jaccard(docs[d["id"]]["text"], docs[d["original"]]["text"], docs[d["id"]]["lang"]) >= 0.85
+    ]
+    assert len(expected) >= len(manifest["exact_duplicates"]) + 5, "some near duplicates are above 0.85"
+    assert len(expected) < len(planted), "and some are below it"
+    for d in expected:  # one of the pair goes (the later one), pointing into the other's cluster
+        pair = {d["id"], d["original"]}
+        assert len(pair & set(removed)) == 1, d
+    for d in planted:
+        if d not in expected:
+            assert d["id"] not in removed, f"{d['id']} is below the threshold but was removed"
+    involved = {x for d in planted for x in (d["id"], d["original"])}
+    assert set(removed) <= involved, "only planted copies or their originals are removed"
+    stats = orjson.loads((results / "dedup" / "stats.json").read_bytes())
+    assert stats["docs_in"] == len(docs) and stats["docs_out"] == len(kept)
+    assert stats["docs_in"] == stats["docs_out"] + stats["removed"]["exact"] + stats["removed"]["near"]
+    tokenized = orjson.loads((results / "tokenized" / "stats.json").read_bytes())
+    assert tokenized["docs_in"] == len(kept), "the tokenizer reads the deduplicated shards"

@@ -1,0 +1,47 @@
+"""Shard naming and reading shared by the dedup steps.
+
+A shard is a jsonl file (optionally .gz/.zst) named ``{lang}_{domain}_{subdomain}_split_{NNNN}.jsonl``; its
+documents are its non-blank lines, numbered from 0 in file order (the *row*). Across steps a document is the
+key ``shard_index << 32 | row`` where shard_index is the position of the shard's file name in the sorted list
+of all shard names of the run, so the smallest key is the earliest document by (shard name, row).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import xxhash
+
+from workflow_scripts.fsio import open_binary
+
+SUFFIXES = (".jsonl.zst", ".jsonl.gz", ".jsonl")
+ROW_BITS = 32
+
+
+def stem(name: str) -> str:
+    """Shard name without its ``.jsonl[.gz|.zst]`` suffix."""
+    base = Path(name).name
+    for suffix in SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
+def group(name: str) -> str:
+    """Source group of a shard: its name before ``_split_`` (``{lang}_{domain}_{subdomain}``)."""
+    return stem(name).split("_split_")[0]
+
+
+def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
+    """The documents (non-blank lines, newline kept) of a shard, in order."""
+    with open_binary(path) as fh:
+        for line in fh:
+            if line.strip():
+                yield line if line.endswith(b"\n") else line + b"\n"
+
+
+def names_digest(names: list[str]) -> str:
+    """Fingerprint of the sorted shard list: every step checks it to agree on shard indices."""
+    return xxhash.xxh3_64_hexdigest("\n".join(sorted(names)).encode())

@@ -1,0 +1,181 @@
+"""Dedup step 1, one job per shard: MinHash signatures, LSH band hashes, exact hashes and shingle sets.
+
+MinHash follows datasketch's ``affine32`` scheme (its permutations for ``seed``, MurmurHash3 pre-mix, then
+``a*h + b mod 2**32``): a document's signature equals ``datasketch.MinHash(num_perm, seed, scheme="affine32",
+hashfunc=identity)`` updated with its 32-bit shingle hashes, but it is computed for many documents at once.
+
+Output: one store (see dedup_store) with, per document, its id, scope hash, 128-bit exact hash, band hashes
+and 32-bit shingle hashes (CSR, in text order; only with verification), plus every band and the exact hash
+sorted with their rows, so the band/exact jobs can read a hash range of each shard without reading the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import xxhash
+from datasketch import MinHash
+from datasketch.minhash import _fmix
+
+from workflow_scripts import dedup_params
+from workflow_scripts.dedup_params import DedupParams
+from workflow_scripts.dedup_shards import iter_lines
+from workflow_scripts.dedup_store import write_store
+from workflow_scripts.dedup_text import Shingler, exact_hashes, fmix64
+
+U64 = np.uint64
+BATCH_DOCS = 2048
+CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
+VERSION = 1
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters (a, b), uint32."""
+    a, b = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+    return a.astype(np.uint32), b.astype(np.uint32)
+
+
+def minhash(values: np.ndarray, off: np.ndarray, perms: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Signatures (n, num_perm) uint32 of the CSR sets ``values[off[i]:off[i+1]]``; empty sets give 2**32-1.
+
+    Evaluated permutation-major, ``CHUNK_CELLS`` cells at a time, the minimum taken per document by reduceat.
+    """
+    a, b = perms
+    sig = np.full((a.size, off.size - 1), np.iinfo(np.uint32).max, dtype=np.uint32)
+    mixed = _fmix(values.astype(np.uint32), 32)
+    nonempty = np.flatnonzero(np.diff(off) > 0)
+    step = max(1, CHUNK_CELLS // a.size)
+    i = 0
+    while i < nonempty.size:
+        # take documents while their shingles fit in the chunk (at least one document)
+        j = max(i + 1, int(np.searchsorted(off[nonempty + 1], off[nonempty[i]] + step, side="right")))
+        docs = nonempty[i:j]
+        lo, hi = off[docs[0]], off[docs[-1] + 1]
+        cells = a[:, None] * mixed[None, lo:hi]
+        cells += b[:, None]
+        sig[:, docs] = np.minimum.reduceat(cells, off[docs] - lo, axis=1)
+        i = j
+    return np.ascontiguousarray(sig.T)
+
+
+def band_hashes(sig: np.ndarray, scope: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """(n, bands) uint64: hash of each band's ``rows`` signature values, seeded by band index and scope."""
+    values = sig[:, : bands * rows].reshape(sig.shape[0], bands, rows).astype(U64)
+    h = fmix64(np.arange(1, bands + 1, dtype=U64))[None, :] ^ scope[:, None]
+    for t in range(rows):
+        h = fmix64(h * U64(0x9E3779B97F4A7C15) + values[:, :, t])
+    return h
+
+
+def scope_hash(record: dict[str, Any], scope: str) -> int:
+    """64-bit hash of the document's scope key (0 for the global scope)."""
+    if scope == "global":
+        return 0
+    return xxhash.xxh3_64_intdigest(f"{scope}\x1f{record[scope]}".encode())
+
+
+def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for line_no, line in enumerate(iter_lines(path), start=1):
+        try:
+            batch.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"{path}: document {line_no}: invalid JSON ({exc})") from None
+        if len(batch) == BATCH_DOCS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def sign_batch(
+    records: list[dict[str, Any]], params: DedupParams, perms: tuple[np.ndarray, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Per-document arrays of a batch of records: ids, scope, exact hash, band hashes, shingle CSR."""
+    shingler = Shingler(
+        params.ngram, params.char_ngram, params.lowercase, params.nfkc, params.punctuation, params.digits
+    )
+    ids = [str(r["id"]).encode() for r in records]
+    char_docs = np.array([r.get("lang") in params.char_langs for r in records], dtype=bool)
+    scope = np.array([scope_hash(r, params.scope) for r in records], dtype=U64)
+    units, unit_off = shingler.units([r["text"] for r in records], char_docs)
+    shingles, off = shingler.shingles(units, unit_off, char_docs)
+    values = (shingles >> U64(32)).astype(np.uint32)
+    return {
+        "ids": np.frombuffer(b"".join(ids), dtype=np.uint8),
+        "id_len": np.array([len(i) for i in ids], dtype=np.int64),
+        "scope": scope,
+        "exact": exact_hashes(units, unit_off, scope),
+        "bands": band_hashes(minhash(values, off, perms), scope, params.bands, params.rows),
+        "set_len": np.diff(off),
+        "shingles": values,
+    }
+
+
+def _sorted_by_hash(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The exact hash and every band hash of the documents that have shingles, sorted, with their rows."""
+    rows = np.flatnonzero(parts["set_len"] > 0).astype(np.uint32)
+    exact, bands = parts["exact"][rows], parts["bands"][rows]
+    order = np.lexsort((exact[:, 1], exact[:, 0]))
+    band_order = np.argsort(bands, axis=0, kind="stable").T  # (bands, docs); ties keep row order
+    return {
+        "exact_sorted": exact[order].T,
+        "exact_row": rows[order],
+        "band_sorted": np.take_along_axis(bands.T, band_order, axis=1),
+        "band_row": rows[band_order],
+    }
+
+
+def write_signatures(
+    shard: str | os.PathLike[str], output: str | os.PathLike[str], params: DedupParams
+) -> int:
+    """Compute and write the signature store of ``shard``; return its number of documents.
+
+    Documents whose normalized text is empty have no shingles: they take part in neither pass.
+    """
+    perms = permutations(params.num_perm, params.seed)
+    empty = sign_batch([], params, perms)
+    parts: dict[str, list[np.ndarray]] = {k: [v] for k, v in empty.items() if k != "shingles"}
+    meta = {"kind": "signatures", "version": VERSION, "shard": Path(shard).name, "params": params.to_json()}
+    with write_store(output, meta) as store:
+        if params.verify == "jaccard":
+            store.append("shingles", empty["shingles"])
+        for records in _batches(shard):
+            batch = sign_batch(records, params, perms)
+            if params.verify == "jaccard":
+                store.append("shingles", batch.pop("shingles"))
+            for k, v in parts.items():
+                v.append(batch[k])
+        arrays = {k: np.concatenate(v) for k, v in parts.items()}
+        n = arrays["set_len"].size
+        if n >= 1 << 32:
+            raise ValueError(f"{shard}: more than 2**32 documents; split it")
+        for name, array in _sorted_by_hash(arrays).items():
+            store.add(name, array)
+        for name in ("bands", "exact", "scope"):
+            store.add(name, arrays[name])
+        store.add("shingle_off", np.concatenate([[0], np.cumsum(arrays["set_len"])]))
+        store.add("ids", arrays["ids"])
+        store.add("id_off", np.concatenate([[0], np.cumsum(arrays["id_len"])]))
+        store.meta.update(docs=n, valid=int((arrays["set_len"] > 0).sum()))
+    return n
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--input", required=True, help="input shard (.jsonl, .jsonl.gz, .jsonl.zst)")
+    parser.add_argument("--output", required=True, help="signature store to write")
+    dedup_params.add_arguments(parser)
+    args = parser.parse_args(argv)
+    n = write_signatures(args.input, args.output, dedup_params.from_args(args))
+    print(f"dedup signatures: {args.input}: {n} documents -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
