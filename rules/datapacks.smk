@@ -29,11 +29,13 @@ checkpoint plan:
         f"{LOGS}/plan.log",
     params:
         config=plan_config(),
+        merged=MERGED,
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts.plan --config-json {params.config:q} --signature {input.signature:q}"
-        " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} 2>&1 | tee {log}"
+        " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
+        " 2>&1 | tee {log}"
 
 
 rule shuffle_source:

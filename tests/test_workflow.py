@@ -98,6 +98,10 @@ def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
     for pack in plan["packs"]:
         merged = IndexedDataset(results / "merged" / pack["name"] / pack["name"])
         verify(merged.prefix)
+        assert pack["neox"]["train_data_paths"] == [
+            str((results / "merged" / pack["name"] / pack["name"]).resolve())
+        ]
+        assert pack["neox"]["train_iters"] == pack["train_iters"] > 0
         assert merged.num_tokens == pack["tokens"] and merged.num_documents == pack["documents"]
         i = 0
         for s in pack["slices"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -101,6 +102,27 @@ def markdown(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
+    """Give every pack its merged prefix and the trainer settings that read it in one epoch.
+
+    GPT-NeoX (the Tilde fork's ``iteration_offset``): one path per pack, its own ``train_iters``.
+    Megatron-LM: the whole pack as the training split (``--split 100,0,0``; its default split would hold
+    back documents for validation).
+    """
+    for pack in plan["packs"]:
+        prefix = os.path.abspath(os.path.join(merged_dir, pack["name"], pack["name"]))
+        pack["merged_prefix"] = prefix
+        pack["neox"] = {
+            "train_data_paths": [prefix],
+            "train_data_weights": [1.0],
+            "train_iters": pack["train_iters"],
+            "iteration_offset": pack["iteration_offset"],
+            "seq_length": plan["seq_length"],
+            "train_batch_size": plan["global_batch_size"],
+        }
+        pack["megatron_data_args"] = ["--data-path", prefix, "--split", "100,0,0"]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config-json", required=True, help="JSON with seed, training, datapacks, mixtures")
@@ -108,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", required=True, dest="out_json")
     parser.add_argument("--csv", required=True, dest="out_csv")
     parser.add_argument("--md", required=True, dest="out_md")
+    parser.add_argument("--merged-dir", required=True, help="where the merged packs go: {dir}/{pack}/{pack}")
     args = parser.parse_args(argv)
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
@@ -115,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
     except (PlanError, MixtureError) as err:
         raise SystemExit(f"plan: {err}") from None
+    add_trainer_settings(plan, args.merged_dir)
     write_json(args.out_json, plan)
     with atomic_path(args.out_csv) as tmp:
         plan_rows(plan).to_csv(tmp, index=False)
