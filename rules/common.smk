@@ -1,5 +1,6 @@
 """Shared paths and input functions. Only cheap, pure Python here: no data is read at parse time."""
 
+import hashlib
 import json
 import shlex
 
@@ -92,6 +93,14 @@ def dedup_signatures(wildcards=None):
     return [f"{DEDUP_WORK}/sig/{shard_stem(s)}.sig" for s in all_shards()]
 
 
+def assign_digest(wildcards):
+    """Digest of a shard's own dedup assignment (which of its rows go, and to which kept document)."""
+    assign_dir = checkpoints.dedup_cluster.get().output.assign
+    path = f"{assign_dir}/{wildcards.group}_split_{wildcards.split}.assign.json"
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def dedup_pair_files():
     """Exact-pass partitions and band-group x partition pair files."""
     parts = range(config["dedup"]["partitions"])
@@ -148,12 +157,16 @@ def previous_state(wildcards):
 
 
 def pack_sources(wildcards):
-    """The tokenized sources (or their shuffled copies) a pack reads."""
+    """The tokenized sources (or their shuffled copies) a pack reads.
+
+    ancient(): the count links are remade on every count run; what a pack takes is in its plan entry
+    (pack_spec, with count-stamped names), so only a change there reruns the pack.
+    """
     spec = json.loads(pack_spec(wildcards))
     names = sorted({s["source"] for s in spec["slices"]})
     if spec["shuffle"]:
         return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
-    return sorted({s["prefix"] + ext for s in spec["slices"] for ext in (".bin", ".idx")})
+    return [ancient(p) for p in sorted({s["prefix"] + ext for s in spec["slices"] for ext in (".bin", ".idx")})]
 
 
 def merged_packs(wildcards):

@@ -70,8 +70,10 @@ rule slice_pack:
         f"{LOGS}/datapacks/{{pack}}.log",
     params:
         spec=pack_spec,
-        state=lambda wildcards, input: f"--state-in {input.state}" if input.state else "",
-        sources=lambda wildcards: f"--sources-dir {DATAPACKS}/sources" if config["datapacks"]["shuffle"] else "",
+        state=lambda wildcards, input: shlex.join(["--state-in", *input.state]) if input.state else "",
+        sources=lambda wildcards: (
+            shlex.join(["--sources-dir", f"{DATAPACKS}/sources"]) if config["datapacks"]["shuffle"] else ""
+        ),
     conda:
         "../envs/data.yaml"
     shell:

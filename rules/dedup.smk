@@ -51,7 +51,7 @@ rule dedup_bands:
         " --output {output:q} > {log} 2>&1"
 
 
-rule dedup_cluster:
+checkpoint dedup_cluster:
     input:
         signatures=dedup_signatures,
         pairs=dedup_pair_files(),
@@ -71,7 +71,8 @@ rule dedup_cluster:
 rule dedup_filter:
     input:
         shard=f"{SHARDS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
-        assign=f"{DEDUP_WORK}/assign",
+        # Every cluster run rewrites all assignments; a shard is filtered again only when its own changed.
+        assign=ancient(f"{DEDUP_WORK}/assign"),
     output:
         kept=f"{DEDUP}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
         removed=f"{DEDUP}/{{group}}/removed/{{group}}_split_{{split}}{SHARD_EXT}",
@@ -80,6 +81,7 @@ rule dedup_filter:
         f"{LOGS}/dedup/filter/{{group}}_split_{{split}}.log",
     params:
         assign=lambda wildcards, input: f"{input.assign}/{wildcards.group}_split_{wildcards.split}.assign.json",
+        assign_digest=assign_digest,
     conda:
         "../envs/dedup.yaml"
     shell:

@@ -60,10 +60,12 @@ def test_seed000_numbers() -> None:
 
 
 def test_cooldown_fraction_is_carved_from_the_phase_before() -> None:
-    budgets = phase_budgets(SEED000, [{"name": "U3", "tokens": 1000}, {"name": "cd", "fraction": 0.2}])
+    budgets = phase_budgets(
+        SEED000, [{"name": "U3", "tokens": 1000}, {"name": "cd", "fraction": 0.2}], 10**12
+    )
     assert budgets == [800, 200]
     with pytest.raises(PlanError):
-        phase_budgets(SEED000, [{"name": "cd", "fraction": 0.2}])
+        phase_budgets(SEED000, [{"name": "cd", "fraction": 0.2}], 10**12)
 
 
 @pytest.mark.parametrize("rule", ["neox", "megatron"])
@@ -132,3 +134,19 @@ def test_appending_a_pack_leaves_earlier_packs_unchanged() -> None:
 def test_split_budget_adds_up_exactly() -> None:
     shares = split_budget(1_000_003, [1 / 3, 1 / 3, 1 / 3])
     assert sum(shares) == 1_000_003 and max(shares) - min(shares) <= 1
+
+
+def test_an_iters_phase_longer_than_a_pack_is_cut_in_iterations() -> None:
+    sig, lengths = signature({"en_web_a": 400, "de_web_a": 400}, 100)
+    plan = make_plan(config([{"name": "warmup", "iters": 120, "mixture": "main"}]), sig, lengths.__getitem__)
+    assert [p["train_iters"] for p in plan["packs"]] == [50, 50, 20]
+    assert plan["total_train_iters"] == 120
+
+
+def test_a_source_without_documents_does_not_break_the_plan() -> None:
+    sig, lengths = signature({"en_web_a": 300, "de_web_a": 300, "en_web_empty": 0}, 100)
+    plan = make_plan(
+        config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__
+    )
+    assert plan["final_epochs"]["en_web_empty"] == 0.0
+    assert all(s["source"] != "en_web_empty" for p in plan["packs"] for s in p["slices"])

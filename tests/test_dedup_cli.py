@@ -102,7 +102,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
         "zh1": ("zh0", "near"),
     }
     assert removed["b0"]["text"] == " ".join(near)
-    assert (out / "clusters.tsv").read_text() == "a4\t0\na9\t1\nzh0\t2\nb0\t0\nb1\t1\nzh1\t2\n"
+    assert (out / "clusters.tsv").read_text() == "a4\ta4\na9\ta9\nzh0\tzh0\nb0\ta4\nb1\ta9\nzh1\tzh0\n"
     stats = read_json(out / "dedup_stats.json")
     assert (stats["docs_in"], stats["docs_out"], stats["removed"]) == (
         26,

@@ -37,8 +37,16 @@ def edit(t: str, positions: list[int]) -> str:
     return " ".join(words)
 
 
-def doc(i: str, t: str, lang: str = "en", source: str = "web") -> dict[str, Any]:
-    return {"id": i, "text": t, "lang": lang, "domain": "web", "subdomain": "cc", "source": source, "line": 1}
+def doc(i: str, t: str, lang: str = "en", domain: str = "web", source: str = "raw.jsonl") -> dict[str, Any]:
+    return {
+        "id": i,
+        "text": t,
+        "lang": lang,
+        "domain": domain,
+        "subdomain": "cc",
+        "source": source,
+        "line": 1,
+    }
 
 
 def write_shard(path: Path, docs: list[dict[str, Any]]) -> Path:
@@ -223,7 +231,7 @@ def test_filter_keeps_one_per_cluster_and_records_duplicates(tmp_path: Path) -> 
         by_cluster[c].append(i)
     assert sorted(map(sorted, by_cluster.values())) == [["a3", "b0", "b3"], ["a5", "b1"]]
     assert all(sum(i in r["kept"] for i in ids) == 1 for ids in by_cluster.values())
-    assert r["removed"]["b0"]["cluster"] == int(next(c for i, c in r["clusters"] if i == "a3"))
+    assert r["removed"]["b0"]["cluster"] == next(c for i, c in r["clusters"] if i == "a3") == "a3"
     kept_lines = (r["out"] / "en_web_cc_split_0000.jsonl").read_bytes()
     assert kept_lines == r["inputs"][0].read_bytes()  # nothing removed there: byte-identical
 
@@ -238,11 +246,19 @@ def test_exact_pass_and_its_absence(tmp_path: Path) -> None:
     assert {k: v["dedup_reason"] for k, v in without["removed"].items()} == {"y": "near", "z": "near"}
 
 
-@pytest.mark.parametrize("scope, removed", [("global", {"b", "c"}), ("lang", {"c"}), ("source", {"b"})])
+@pytest.mark.parametrize(
+    "scope, removed", [("global", {"b", "c", "d"}), ("lang", {"b", "c"}), ("source", {"b"})]
+)
 def test_scope_separates_pairs(tmp_path: Path, scope: str, removed: set[str]) -> None:
     rng = random.Random(7)
     t = text(rng)
-    docs = [doc("a", t), doc("b", edit(t, [3]), lang="de"), doc("c", edit(t, [90]), source="news")]
+    # scope "source" is the source group (lang_domain_subdomain), not the raw file a record came from
+    docs = [
+        doc("a", t),
+        doc("b", edit(t, [3]), source="other.jsonl"),
+        doc("c", edit(t, [90]), domain="news"),
+        doc("d", edit(t, [50]), lang="de"),
+    ]
     assert set(run(tmp_path / scope, {"en_web_cc_split_0000.jsonl": docs}, scope=scope)["removed"]) == removed
 
 
@@ -314,4 +330,4 @@ def test_empty_shard_and_texts_without_words(tmp_path: Path) -> None:
     ]
     r = run(tmp_path, {"en_web_cc_split_0000.jsonl": [], "en_web_cc_split_0001.jsonl": docs})
     assert set(r["removed"]) == {"t2"}
-    assert r["stats"]["docs_in"] == 6 and r["clusters"] == [["t1", "0"], ["t2", "0"]]
+    assert r["stats"]["docs_in"] == 6 and r["clusters"] == [["t1", "t1"], ["t2", "t1"]]

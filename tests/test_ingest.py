@@ -149,6 +149,7 @@ def test_every_reject_reason_is_quarantined_and_counted(tmp_path: Path) -> None:
             b'{"text": " \\n\\t "}',
             b'{"text": "hi"}',
             b'{"text": "good two"}',
+            b"   ",
         ],
     )
     txt = write_lines(tmp_path / "en_web_cc_part-2.txt", [b"good three", b"\xc3\x28 broken", b"   "])
@@ -162,13 +163,14 @@ def test_every_reject_reason_is_quarantined_and_counted(tmp_path: Path) -> None:
         ("en_web_cc_part-1.jsonl", 7, "invalid_id"),
         ("en_web_cc_part-1.jsonl", 8, "empty_text"),
         ("en_web_cc_part-1.jsonl", 9, "too_short"),
+        ("en_web_cc_part-1.jsonl", 11, "blank_line"),
         ("en_web_cc_part-2.txt", 2, "invalid_utf8"),
         ("en_web_cc_part-2.txt", 3, "empty_text"),
     ]
     assert quarantine(tmp_path / "out") == expected
     assert {reason for _, _, reason in expected} == set(REJECT_REASONS)
     assert stats["rejected"] == dict(collections.Counter(r for _, _, r in expected))
-    assert (stats["docs_in"], stats["docs_out"]) == (13, 3)
+    assert (stats["docs_in"], stats["docs_out"]) == (14, 3)
     assert stats["docs_in"] == stats["docs_out"] + sum(stats["rejected"].values())
     assert [r["text"] for r in shard_records(tmp_path / "out")] == ["good one", "good two", "good three"]
     first = orjson.loads((tmp_path / "out" / "quarantine.jsonl").read_bytes().splitlines()[0])

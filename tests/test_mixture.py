@@ -1,5 +1,7 @@
 """Language probabilities and domain rates become per-source probabilities (seed 001's blend mode)."""
 
+import os
+
 import pytest
 
 from workflow_scripts.mixture import (
@@ -64,9 +66,8 @@ def test_language_without_tokens_is_an_error() -> None:
 def test_both_trainer_forms_and_neox_path_limit() -> None:
     shares = compute_shares(SIGNATURE, {})
     args = megatron_data_path(shares)
-    assert args[1] == "tok/en_books_x_split_0000_text_document" and float(args[0]) == pytest.approx(
-        100 / 1200
-    )
+    assert args[1] == os.path.abspath("tok/en_books_x_split_0000_text_document")
+    assert float(args[0]) == pytest.approx(100 / 1200)
     neox = neox_blend(shares)
     assert neox["train_data_paths"] == args[1::2]
     many = [entry("en", "web", 10, split=i) for i in range(255)]
@@ -74,3 +75,14 @@ def test_both_trainer_forms_and_neox_path_limit() -> None:
         neox_blend(compute_shares(many, {}))
     report = mixture_report("big", many, {})
     assert report["neox"] is None and "254" in report["neox_error"]
+
+
+def test_typos_in_data_ratio_are_errors_not_rate_one() -> None:
+    with pytest.raises(MixtureError, match="mixes"):
+        compute_shares(SIGNATURE, {"data_ratio": {"en": {"code": 3}, "web": 1}})
+    with pytest.raises(MixtureError, match="nwes"):
+        compute_shares(SIGNATURE, {"data_ratio": {"nwes": 2}})
+    with pytest.raises(MixtureError, match="books"):
+        compute_shares(SIGNATURE, {"data_ratio": {"ar": {"web": 2, "books": 1}}})
+    with pytest.raises(MixtureError, match="'de'"):
+        compute_shares(SIGNATURE, {"data_ratio": {"de": {"web": 2}}})

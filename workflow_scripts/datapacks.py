@@ -7,7 +7,8 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
   ``tokens``, or ``fraction`` of all training tokens up to the end of that phase (a cooldown, seed 000's
   ``--cd_phase``): it is carved out of the phase before it, so that total stays as planned, and phases
   appended later (a context extension) change nothing before them.
-* A phase is cut into packs of at most ``max_tokens_per_pack`` (the last one holds the remainder).
+* A phase is cut into packs of at most ``max_tokens_per_pack`` (the last one holds the remainder; an
+  ``iters`` phase is cut in whole iterations, each pack sized for its own share of them).
 * A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
   whole documents until its share is reached (so a pack holds its budget to within one document per
   source). A source that runs out wraps around to its first document: an extra epoch, reported.
@@ -15,7 +16,6 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +58,7 @@ class Source:
         return len(self.cumsum) - 1
 
     def epochs(self) -> float:
-        return self.cursor.epoch + self.cursor.doc / self.documents
+        return self.cursor.epoch + (self.cursor.doc / self.documents if self.documents else 0.0)
 
     def take(self, target: int) -> list[tuple[int, int, int]]:
         """Take whole documents until ``target`` tokens are reached; return (epoch, start, stop) ranges."""
@@ -111,22 +111,34 @@ def max_tokens_per_pack(training: dict[str, Any], datapacks: dict[str, Any]) -> 
     raise PlanError("datapacks needs max_tokens_per_pack or max_iters_per_pack")
 
 
-def phase_budgets(training: dict[str, Any], phases: list[dict[str, Any]]) -> list[int]:
-    """Token budget of each phase; ``fraction`` phases are carved out of the phase before them."""
-    seq, batch, rule = int(training["seq_length"]), int(training["global_batch_size"]), training["epoch_rule"]
-    budgets: list[int] = []
-    for phase in phases:
-        if "iters" in phase:
-            budgets.append(tokens_for_iters(int(phase["iters"]), seq, batch, rule))
-        elif "tokens" in phase:
-            budgets.append(int(phase["tokens"]))
-        else:
-            budgets.append(0)
+def pack_sizes(
+    training: dict[str, Any], phase: dict[str, Any], budget: int, pack_max: int
+) -> list[tuple[int, int]]:
+    """(token budget, iteration cap or 0) of each pack of a phase; an ``iters`` phase is cut in iterations."""
+    if "iters" in phase:
+        seq, batch, rule = (
+            int(training["seq_length"]),
+            int(training["global_batch_size"]),
+            training["epoch_rule"],
+        )
+        per_pack = max(1, pack_max // tokens_per_iter(training))
+        iters = int(phase["iters"])
+        chunks = [min(per_pack, iters - k) for k in range(0, iters, per_pack)]
+        return [(tokens_for_iters(k, seq, batch, rule), k) for k in chunks]
+    return [(min(pack_max, budget - k), 0) for k in range(0, budget, pack_max)] or [(0, 0)]
+
+
+def phase_budgets(training: dict[str, Any], phases: list[dict[str, Any]], pack_max: int) -> list[int]:
+    """Token budget of each phase; ``fraction`` phases are carved out of the ``tokens`` phase before them."""
+    budgets = [
+        sum(t for t, _ in pack_sizes(training, p, 0, pack_max)) if "iters" in p else int(p.get("tokens", 0))
+        for p in phases
+    ]
     for i, phase in enumerate(phases):
         if "fraction" not in phase:
             continue
-        if i == 0 or "fraction" in phases[i - 1]:
-            raise PlanError(f"phase {phase['name']}: a fraction phase must follow a phase with a budget")
+        if i == 0 or "tokens" not in phases[i - 1]:
+            raise PlanError(f"phase {phase['name']}: a fraction phase must follow a phase given in tokens")
         budgets[i] = round(float(phase["fraction"]) * sum(budgets[:i]))
         budgets[i - 1] -= budgets[i]
         if budgets[i - 1] <= 0:
@@ -155,11 +167,12 @@ def make_plan(
     seq, batch, rule = int(training["seq_length"]), int(training["global_batch_size"]), training["epoch_rule"]
     tpi, pack_max = tokens_per_iter(training), max_tokens_per_pack(training, datapacks)
     phases = datapacks["phases"]
-    budgets = phase_budgets(training, phases)
+    budgets = phase_budgets(training, phases, pack_max)
     shuffle, seed = bool(datapacks.get("shuffle")), int(config["seed"])
     sources: dict[str, Source] = {}
+    names_of = {e["prefix"]: short_name(e["name"]) for e in signature}
     for entry in signature:
-        name = short_name(entry["name"])
+        name = names_of[entry["prefix"]]
         lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
         if shuffle:
             lens = lens[shuffle_permutation(len(lens), seed, name)]
@@ -170,14 +183,12 @@ def make_plan(
         if phase["mixture"] not in mixtures:
             raise PlanError(f"phase {phase['name']} uses unknown mixture {phase['mixture']!r}")
         shares = compute_shares(signature, mixtures[phase["mixture"]])
-        names = [_name_of(signature, s.prefix) for s in shares]
-        n_packs = max(1, math.ceil(budget / pack_max))
-        for k in range(n_packs):
-            pack_tokens = min(pack_max, budget - k * pack_max)
+        names = [names_of[s.prefix] for s in shares]
+        for pack_tokens, cap in pack_sizes(training, phase, budget, pack_max):
             pack = _slice_pack(f"{phase['name']}_{len(packs)}", phase, pack_tokens, names, shares, sources)
             iters = train_iters(pack["tokens"], seq, batch, rule)
-            if "iters" in phase:
-                iters = min(iters, int(phase["iters"]))
+            if cap:  # an iters phase: the pack is sized for exactly this many (it may hold a little more)
+                iters = min(iters, cap)
             pack.update(train_iters=iters, iteration_offset=offset, trained_tokens=iters * tpi)
             pack["wall_hours"] = _wall_hours(training, pack["trained_tokens"])
             pack["state_after"] = {n: src.cursor.as_dict() for n, src in sources.items()}
@@ -199,10 +210,6 @@ def make_plan(
         "total_train_iters": offset,
         "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
     }
-
-
-def _name_of(signature: list[dict[str, Any]], prefix: str) -> str:
-    return short_name(next(e["name"] for e in signature if e["prefix"] == prefix))
 
 
 def _wall_hours(training: dict[str, Any], tokens: int) -> float | None:

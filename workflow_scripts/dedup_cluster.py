@@ -139,15 +139,14 @@ def write_clusters(
     with atomic_path(clusters_tsv) as tmp, open(tmp, "wb") as tsv:
         for s, name in enumerate(sigs.names):
             at = slice(bounds[s], bounds[s + 1])
-            ids = sigs.ids(nodes[at])
-            cid = result["cluster"][at].tolist()
-            tsv.write("".join(f"{i}\t{c}\n" for i, c in zip(ids, cid, strict=True)).encode())
+            ids, kept = sigs.ids(nodes[at]), sigs.ids(result["kept"][at])
+            # A cluster is named by the id of the document it keeps: stable when unrelated data is added.
+            tsv.write("".join(f"{i}\t{k}\n" for i, k in zip(ids, kept, strict=True)).encode())
             assign = {
                 "shard": name,
                 "rows": split_keys(nodes[at])[1].tolist(),
-                "cluster": cid,
                 "reason": [REASONS[r] for r in result["reason"][at]],
-                "duplicate_of": sigs.ids(result["kept"][at]),
+                "duplicate_of": kept,
             }
             with atomic_path(Path(assign_dir) / f"{stem(name)}.assign.json") as out:
                 out.write_bytes(orjson.dumps(assign))

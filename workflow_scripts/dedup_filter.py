@@ -1,7 +1,8 @@
 """Dedup step 4, one job per shard: write the kept documents (lines byte-identical) and the removed ones.
 
 A removed document is written as its record plus ``duplicate_of`` (id of the document its cluster keeps),
-``cluster`` (cluster id) and ``dedup_reason`` (``exact`` or ``near``). Per-shard statistics go to a JSON file.
+``cluster`` (clusters are named by the id of the document they keep: the same id, stable when unrelated
+data is added) and ``dedup_reason`` (``exact`` or ``near``). Per-shard statistics go to a JSON file.
 """
 
 from __future__ import annotations
@@ -42,10 +43,8 @@ def filter_shard(
     if plan["shard"] != name:
         raise ValueError(f"{assign} is the assignment of {plan['shard']}, not of {name}")
     todo = {
-        row: (c, r, d)
-        for row, c, r, d in zip(
-            plan["rows"], plan["cluster"], plan["reason"], plan["duplicate_of"], strict=True
-        )
+        row: (d, r, d)
+        for row, r, d in zip(plan["rows"], plan["reason"], plan["duplicate_of"], strict=True)
         if r != "keep"
     }
     count: Counter[str] = Counter()

@@ -74,10 +74,11 @@ def band_hashes(sig: np.ndarray, scope: np.ndarray, bands: int, rows: int) -> np
 
 
 def scope_hash(record: dict[str, Any], scope: str) -> int:
-    """64-bit hash of the document's scope key (0 for the global scope)."""
+    """64-bit hash of the document's scope key: 0 (global), its language, or its source group."""
     if scope == "global":
         return 0
-    return xxhash.xxh3_64_intdigest(f"{scope}\x1f{record[scope]}".encode())
+    key = record["lang"] if scope == "lang" else f"{record['lang']}_{record['domain']}_{record['subdomain']}"
+    return xxhash.xxh3_64_intdigest(f"{scope}\x1f{key}".encode())
 
 
 def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:

@@ -67,18 +67,20 @@ class ZstdFrameReader(io.RawIOBase):
         self._dctx = zstandard.ZstdDecompressor()
         self._dobj = self._dctx.decompressobj()
         self._pending = b""
+        self._offset = 0
         self._frame_started = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while not self._pending:
+        while self._offset == len(self._pending):
             chunk = self._raw.read(1 << 20)
             if not chunk:
                 if self._frame_started and not self._dobj.eof:
                     raise OSError(f"{self._path}: truncated zstd stream (the last frame has no end)")
                 return 0
+            self._pending, self._offset = b"", 0
             while chunk:
                 self._frame_started = True
                 self._pending += self._dobj.decompress(chunk)
@@ -87,9 +89,9 @@ class ZstdFrameReader(io.RawIOBase):
                     chunk = self._dobj.unused_data
                     self._dobj = self._dctx.decompressobj()
                     self._frame_started = bool(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        n = min(len(buffer), len(self._pending) - self._offset)
+        buffer[:n] = memoryview(self._pending)[self._offset : self._offset + n]
+        self._offset += n
         return n
 
     def close(self) -> None:

@@ -675,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_merge.add_argument("inputs", nargs="*", metavar="IN", help="input prefixes, merged in this order")
     args = parser.parse_args(argv)
     if args.command == "merge":
-        listed = Path(args.list).read_text().split() if args.list else []
+        listed = [line for line in Path(args.list).read_text().splitlines() if line] if args.list else []
         args.inputs = listed + args.inputs
         if not args.inputs:
             parser.error("merge: give input prefixes or --list FILE")

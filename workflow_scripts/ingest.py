@@ -72,6 +72,7 @@ __all__ = [
 
 GROUP_FIELDS = ("lang", "domain", "subdomain")
 REJECT_REASONS = (
+    "blank_line",
     "malformed_json",
     "invalid_utf8",
     "not_object",

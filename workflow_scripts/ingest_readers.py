@@ -103,6 +103,8 @@ def make_decoder(fmt: str, text_keys: Sequence[str], id_key: str | None) -> Call
 
 
 def _json_error_reason(raw: bytes) -> str:
+    if not raw.strip():
+        return "blank_line"
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:

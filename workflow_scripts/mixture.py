@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -51,11 +52,30 @@ def is_excluded(prefix: str, patterns: list[str]) -> bool:
     return any(name.startswith(p) or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def check_data_ratio(signature: list[dict[str, Any]], data_ratio: dict[str, Any]) -> None:
+    """Refuse a data_ratio that mixes its two forms or names a language or domain the data lacks."""
+    nested = [isinstance(v, dict) for v in data_ratio.values()]
+    if any(nested) and not all(nested):
+        raise MixtureError("data_ratio mixes {lang: {domain: rate}} and {domain: rate}; use one form")
+    domains = {(e["lang"], e["domain"]) for e in signature}
+    known = {d for _, d in domains}
+    for key, value in data_ratio.items():
+        if isinstance(value, dict):
+            if key not in {lang for lang, _ in domains}:
+                raise MixtureError(f"data_ratio names language {key!r}, which has no data")
+            unknown = sorted(d for d in value if (key, d) not in domains)
+        else:
+            unknown = [key] if key not in known else []
+        if unknown:
+            raise MixtureError(f"data_ratio names domain(s) {', '.join(unknown)} without data (a typo?)")
+
+
 def compute_shares(signature: list[dict[str, Any]], mixture: dict[str, Any]) -> list[Share]:
     """Per-prefix probabilities (summing to 1) for one mixture over a data signature."""
     lang_prob: dict[str, float] = {k: float(v) for k, v in (mixture.get("lang_prob") or {}).items()}
     data_ratio = mixture.get("data_ratio") or {}
     exclude = list(mixture.get("exclude") or [])
+    check_data_ratio(signature, data_ratio)
     for value in (lang_prob | _flat_rates(data_ratio)).values():
         if value < 0:
             raise MixtureError(f"negative probability or rate in mixture: {value}")
@@ -104,8 +124,8 @@ def _flat_rates(data_ratio: dict[str, Any]) -> dict[str, float]:
 
 
 def megatron_data_path(shares: list[Share]) -> list[str]:
-    """Megatron-LM ``--data-path w1 p1 w2 p2 ...`` arguments."""
-    return [x for s in shares for x in (f"{s.probability:.12g}", s.prefix)]
+    """Megatron-LM ``--data-path w1 p1 w2 p2 ...`` arguments (absolute paths: trainers run elsewhere)."""
+    return [x for s in shares for x in (f"{s.probability:.12g}", os.path.abspath(s.prefix))]
 
 
 def neox_blend(shares: list[Share]) -> dict[str, Any]:
@@ -116,7 +136,7 @@ def neox_blend(shares: list[Share]) -> dict[str, Any]:
             "merge sources per pack (the datapacks mode) or exclude some"
         )
     return {
-        "train_data_paths": [s.prefix for s in shares],
+        "train_data_paths": [os.path.abspath(s.prefix) for s in shares],
         "train_data_weights": [round(s.probability, 12) for s in shares],
     }
 
@@ -157,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         mixture = orjson.loads(args.mixture_json)
         report = mixture_report(args.name, read_json(args.signature)["prefixes"], mixture)
-    except (MixtureError, orjson.JSONDecodeError) as err:
+    except (MixtureError, orjson.JSONDecodeError, ValueError, KeyError) as err:
         raise SystemExit(f"mixture {args.name}: {err}") from None
     write_json(args.output, report)
     if report["neox"] is None:

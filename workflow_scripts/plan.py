@@ -12,7 +12,7 @@ import pandas as pd
 
 from workflow_scripts.datapacks import PlanError, make_plan
 from workflow_scripts.fsio import atomic_path, read_json, write_json
-from workflow_scripts.indexed_dataset import IndexedDataset
+from workflow_scripts.indexed_dataset import IndexedDataset, IndexedDatasetError
 from workflow_scripts.mixture import MixtureError
 
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     signature = read_json(args.signature)["prefixes"]
     try:
         plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
-    except (PlanError, MixtureError) as err:
+    except (PlanError, MixtureError, IndexedDatasetError) as err:
         raise SystemExit(f"plan: {err}") from None
     add_trainer_settings(plan, args.merged_dir)
     write_json(args.out_json, plan)

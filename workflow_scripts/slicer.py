@@ -20,6 +20,7 @@ from workflow_scripts.fsio import atomic_path, read_json, write_json
 from workflow_scripts.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
+    IndexedDatasetError,
     bin_path,
     copy_range,
     idx_path,
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     try:
         stats = slice_pack(read_json(args.plan), args.pack, args.out_dir, args.state_in, args.sources_dir)
-    except (KeyError, StateMismatch) as err:
+    except (KeyError, StateMismatch, IndexedDatasetError, RuntimeError) as err:
         raise SystemExit(f"slicer: {err}") from None
     write_json(args.stats, {k: v for k, v in stats.items() if k != "state"})
     with atomic_path(args.list) as tmp:
