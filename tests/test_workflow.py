@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
 import yaml
-from conftest import Workflow
+from conftest import REPO, Workflow
 
 from workflow_scripts.dedup_params import DedupParams
 from workflow_scripts.dedup_text import Shingler
@@ -59,32 +61,47 @@ def test_rerun_is_a_no_op(sample_run: Workflow) -> None:
 
 
 def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: Path) -> None:
+    """With a fixed tokenizer (the production setting), a new file of one group reruns only that group's
+    shards, kept shards and tokenized files (and the global dedup steps, plan and packs)."""
     raw = tmp_path / "raw"
     generate(raw, seed=3, scale=0.2)
     (raw / "manifest.json").unlink()
+    model = tmp_path / "spm"
+    train = [sys.executable, "-m", "workflow_scripts.train_tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
+    subprocess.run([*train, "--model-prefix", str(model), "--vocab-size", "2000"], check=True, cwd=REPO)
     config = {
         "sample": {"enabled": False},
+        "tokenizer": {"model": f"{model}.model"},
         "sources": [
             {
                 "name": "vendor",
                 "paths": [f"{raw}/*_part-*"],
-                "name_regex": r"^(?P<lang>[a-z]{2})_"
-                r"(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part-\d+",
+                "name_regex": r"^(?P<lang>[a-z]{2})_(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part-\d+",
             }
         ],
     }
     (workflow.root / "extra.yaml").write_text(yaml.safe_dump(config))
     args = ("--profile", "profiles/local", "--cores", "2", "--configfile", "extra.yaml")
     workflow.ok(*args)
-    shards = workflow.root / "results" / "shards"
-    before = {p: p.stat().st_mtime_ns for p in shards.glob("*/*_split_*.jsonl")}
+    results = workflow.root / "results"
+    patterns = ["shards/*/*_split_*.jsonl", "dedup/*/*_split_*.jsonl", "tokenized/*_text_document.bin"]
+
+    def mtimes() -> dict[Path, int]:
+        return {p: p.stat().st_mtime_ns for pattern in patterns for p in results.glob(pattern)}
+
+    before = mtimes()
     (raw / "de_news_wire_part-00002.jsonl").write_bytes((raw / "de_news_wire_part-00001.jsonl").read_bytes())
     workflow.ok(*args)
-    after = {p: p.stat().st_mtime_ns for p in shards.glob("*/*_split_*.jsonl")}
-    changed = {p.parent.name for p in after if after[p] != before.get(p)}
-    assert changed == {"de_news_wire"}
-    stats = orjson.loads((shards / "de_news_wire" / "stats.json").read_bytes())
+    after = mtimes()
+    changed = {p.relative_to(results).parts[0]: set() for p in after}
+    for p in after:
+        if after[p] != before.get(p):
+            changed[p.relative_to(results).parts[0]].add(p.name.split("_split_")[0])
+    assert changed == {"shards": {"de_news_wire"}, "dedup": {"de_news_wire"}, "tokenized": {"de_news_wire"}}
+    stats = orjson.loads((results / "shards" / "de_news_wire" / "stats.json").read_bytes())
     assert stats["files"] == 2 and stats["docs_out"] == 2 * stats["inputs"][0]["docs_out"]
+    dedup = orjson.loads((results / "dedup" / "stats.json").read_bytes())
+    assert dedup["shards"]["de_news_wire_split_0000.jsonl"]["exact"] >= stats["inputs"][0]["docs_out"]
 
 
 def load_plan(wf: Workflow) -> dict:
