@@ -546,15 +546,16 @@ def test_write_slice(tmp_path):
     build(tmp_path / "s", docs, np.int32)
     for a, b in [(0, 5), (1, 4), (2, 3), (3, 3), (4, 5), (0, 1)]:
         out = tmp_path / f"out_{a}_{b}"
-        info = write_slice(tmp_path / "s", a, b, out)
+        info = write_slice(tmp_path / "s", [(a, b)], out)
         ds = IndexedDataset(out)
         assert verify(out) == ds.summary()
         assert ds.doc_idx.tolist() == np.cumsum([0] + [len(d) for d in docs[a:b]]).tolist()
         assert ds.tokens.tolist() == [t for d in docs[a:b] for s in d for t in s]
         assert info["documents"] == b - a and info["tokens"] == ds.num_tokens
-        assert info["byte_stop"] - info["byte_start"] == 4 * ds.num_tokens
+        ((start, stop),) = info["byte_ranges"]
+        assert stop - start == 4 * ds.num_tokens
     with pytest.raises(IndexError):
-        write_slice(tmp_path / "s", 3, 6, tmp_path / "bad")
+        write_slice(tmp_path / "s", [(3, 6)], tmp_path / "bad")
     assert not list(tmp_path.glob("*bad*"))
 
 
@@ -564,7 +565,7 @@ def test_slices_merge_back_to_the_source(tmp_path):
     cuts = [0, 13, 13, 31, 50]
     parts = []
     for i, (a, b) in enumerate(itertools.pairwise(cuts)):
-        write_slice(tmp_path / "src", a, b, tmp_path / f"p{i}")
+        write_slice(tmp_path / "src", [(a, b)], tmp_path / f"p{i}")
         parts.append(tmp_path / f"p{i}")
     merge(parts, tmp_path / "back")
     for ext in ("bin", "idx"):

@@ -5,8 +5,8 @@ import pytest
 
 from workflow_scripts.datapacks import make_plan, shuffle_permutation
 from workflow_scripts.fsio import write_json
-from workflow_scripts.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, merge, verify
-from workflow_scripts.slicer import StateMismatch, main, slice_pack, write_ranges, write_shuffled
+from workflow_scripts.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, merge, verify, write_slice
+from workflow_scripts.slicer import StateMismatch, main, slice_pack, write_shuffled
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
@@ -45,9 +45,9 @@ def plan_for(sig, shuffle=False):
     return make_plan(cfg, sig, lambda p: IndexedDataset(p).lengths)
 
 
-def test_write_ranges_wraps_around(sources) -> None:
+def test_a_slice_wraps_around_its_source(sources) -> None:
     tmp, docs, sig = sources
-    counts = write_ranges(sig[1]["prefix"], [(25, 30), (0, 3)], str(tmp / "wrapped"))
+    counts = write_slice(sig[1]["prefix"], [(25, 30), (0, 3)], str(tmp / "wrapped"))
     ds = IndexedDataset(tmp / "wrapped")
     verify(tmp / "wrapped")
     expected = docs["de_web_a"][25:30] + docs["de_web_a"][0:3]

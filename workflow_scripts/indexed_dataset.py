@@ -625,29 +625,36 @@ def merge(prefixes: Sequence[PathLike], out_prefix: PathLike) -> dict[str, Any]:
     }
 
 
-def write_slice(src_prefix: PathLike, doc_start: int, doc_stop: int, out_prefix: PathLike) -> dict[str, Any]:
-    """Write documents ``[doc_start, doc_stop)`` of ``src_prefix`` as a new dataset ``out_prefix``.
+def write_slice(
+    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike
+) -> dict[str, Any]:
+    """Write documents ``[a, b)`` of each range of ``src_prefix``, in order, as the dataset ``out_prefix``.
 
-    One byte-range copy of ``.bin`` plus index arithmetic. The source is not re-verified (callers cutting
-    many slices verify it once); the written index is consistent whenever the source is.
+    One byte-range copy per range plus index arithmetic (a slice that wraps around its source has two
+    ranges). The source is not re-verified (callers cutting many slices verify it once); the written index
+    is consistent whenever the source is. Atomic.
     """
     src = IndexedDataset(src_prefix)
-    span = src.documents(doc_start, doc_stop)
     if src.dtype not in TOKEN_DTYPE_CODES:
         raise IndexedDatasetError(f"{src.idx_path}: dtype {src.dtype.name} is not a token dtype")
-    lengths = src.lengths[span.seq_start : span.seq_stop]
-    doc_idx = src.doc_idx[doc_start : doc_stop + 1] - span.seq_start
+    spans = [src.documents(a, b) for a, b in ranges]
+    lengths, doc_idx = [], [np.zeros(1, dtype=np.int64)]
+    sequences = 0
+    for span in spans:
+        lengths.append(src.lengths[span.seq_start : span.seq_stop])
+        doc_idx.append(src.doc_idx[span.doc_start + 1 : span.doc_stop + 1] - span.seq_start + sequences)
+        sequences += span.seq_stop - span.seq_start
     with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
         with open(bin_tmp, "wb") as f:
-            copy_range(src.bin_path, span.byte_start, span.nbytes, f)
-        write_index(idx_tmp, src.dtype, [lengths], [doc_idx])
+            for span in spans:
+                copy_range(src.bin_path, span.byte_start, span.nbytes, f)
+        write_index(idx_tmp, src.dtype, lengths, doc_idx)
     return {
-        "documents": doc_stop - doc_start,
-        "sequences": span.seq_stop - span.seq_start,
-        "tokens": span.num_tokens,
+        "documents": sum(s.doc_stop - s.doc_start for s in spans),
+        "sequences": sequences,
+        "tokens": sum(s.num_tokens for s in spans),
         "dtype": src.dtype.name,
-        "byte_start": span.byte_start,
-        "byte_stop": span.byte_stop,
+        "byte_ranges": [[s.byte_start, s.byte_stop] for s in spans],
     }
 
 

@@ -21,11 +21,8 @@ from workflow_scripts.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
     IndexedDatasetError,
-    bin_path,
-    copy_range,
-    idx_path,
     verify,
-    write_index,
+    write_slice,
 )
 
 GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
@@ -33,24 +30,6 @@ GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
 
 class StateMismatch(RuntimeError):
     """The previous pack's cursor is not where the plan expects this pack to start."""
-
-
-def write_ranges(src_prefix: str, ranges: list[tuple[int, int]], out_prefix: str) -> dict[str, int]:
-    """Write documents ``[a, b)`` of each range, in order, as one dataset (a wrapped slice has two)."""
-    src = IndexedDataset(src_prefix)
-    lengths, doc_idx = [], [np.zeros(1, dtype=np.int64)]
-    sequences = tokens = 0
-    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
-        with open(bin_tmp, "wb") as out:
-            for a, b in ranges:
-                span = src.documents(a, b)
-                copy_range(src.bin_path, span.byte_start, span.nbytes, out)
-                lengths.append(src.lengths[span.seq_start : span.seq_stop])
-                doc_idx.append(src.doc_idx[a + 1 : b + 1] - span.seq_start + sequences)
-                sequences += span.seq_stop - span.seq_start
-                tokens += span.num_tokens
-        write_index(idx_tmp, src.dtype, lengths, doc_idx)
-    return {"documents": sum(b - a for a, b in ranges), "sequences": sequences, "tokens": tokens}
 
 
 def write_shuffled(src_prefix: str, name: str, seed: int, out_prefix: str) -> dict[str, Any]:
@@ -109,7 +88,7 @@ def slice_pack(
             verify(src)
             checked.add(src)
         out = os.path.join(out_dir, s["name"])
-        counts = write_ranges(src, [(a, b) for _, a, b in s["ranges"]], out)
+        counts = write_slice(src, [(a, b) for _, a, b in s["ranges"]], out)
         if counts["tokens"] != s["tokens"] or counts["documents"] != s["documents"]:
             raise RuntimeError(f"{out}: wrote {counts} but the plan says {s['tokens']} tokens")
         slices.append(
