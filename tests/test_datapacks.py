@@ -115,6 +115,9 @@ def test_wrap_around_is_reported_as_upsampling() -> None:
     assert de["upsampled"] and de["ranges"][0] == [0, 0, 10] and de["ranges"][1][0] == 1
     assert plan["final_epochs"]["de_web_a"] == pytest.approx(5.0)
     assert plan["final_epochs"]["en_web_a"] == pytest.approx(1.5)
+    de = plan["conservation"]["de_web_a"]
+    assert (de["available"], de["taken"], de["epochs"]) == (1000, 5000, 5.0)
+    assert sum(t["taken"] for t in plan["conservation"].values()) == sum(p["tokens"] for p in plan["packs"])
 
 
 def test_appending_a_pack_leaves_earlier_packs_unchanged() -> None:

@@ -190,3 +190,57 @@ def test_dedup_removes_the_planted_duplicates(sample_run: Workflow) -> None:
     assert stats["docs_in"] == stats["docs_out"] + stats["removed"]["exact"] + stats["removed"]["near"]
     tokenized = orjson.loads((results / "tokenized" / "stats.json").read_bytes())
     assert tokenized["docs_in"] == len(kept), "the tokenizer reads the deduplicated shards"
+
+
+def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> None:
+    """SFT data (seed 003 markers) through ingest, dedup and tokenize: markers become their control tokens."""
+    import random
+
+    import sentencepiece as spm
+    from faker import Faker
+
+    fake, rng = Faker("en_US"), random.Random(4)
+    fake.seed_instance(4)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    lines = [
+        {
+            "id": f"chat-{i}",
+            "text": f"<<<|user|>>>{fake.sentence(nb_words=rng.randint(5, 15))}<<<|user|>>>"
+            f"<<<|assistant|>>>{fake.paragraph(nb_sentences=rng.randint(2, 5))}<<<|assistant|>>>",
+        }
+        for i in range(300)
+    ]
+    lines.append({"id": "plain", "text": fake.paragraph(nb_sentences=4)})  # no marker: a reject in SFT mode
+    (raw / "en_sft_chat_part-00001.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
+    config = {
+        "sample": {"enabled": False},
+        "sources": [
+            {"name": "sft", "paths": [f"{raw}/*.jsonl"], "lang": "en", "domain": "sft", "subdomain": "chat"}
+        ],
+        "tokenizer": {"vocab_size": 2000},
+        "tokenize": {"mode": "sft"},
+    }
+    (workflow.root / "sft.yaml").write_text(yaml.safe_dump(config))
+    workflow.ok(
+        "--profile",
+        "profiles/local",
+        "--cores",
+        "2",
+        "--configfile",
+        "sft.yaml",
+        "--",
+        "results/tokenized/signature.json",
+        "results/tokenized/stats.json",
+    )
+    tok = workflow.root / "results" / "tokenized"
+    sp = spm.SentencePieceProcessor(model_file=str(workflow.root / "results" / "tokenizer" / "spm.model"))
+    user, assistant, eod = (sp.piece_to_id(p) for p in ("<|user|>", "<|assistant|>", "<|endoftext|>"))
+    assert len({user, assistant, eod, sp.unk_id()}) == 4
+    ds = IndexedDataset(tok / "en_sft_chat_split_0000_text_document")
+    assert ds.num_documents == 300
+    first = ds.document(0).tolist()
+    assert first.count(user) == 2 and first.count(assistant) == 2 and first[-1] == eod
+    assert first[0] == user and first[-2] == assistant
+    quarantine = jsonl(tok / "en_sft_chat_split_0000_text_document.quarantine.jsonl")
+    assert [(q["id"], q["reason"]) for q in quarantine] == [("plain", "no_sft_marker")]

@@ -209,7 +209,39 @@ def make_plan(
         "packs": packs,
         "total_train_iters": offset,
         "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
+        "conservation": conservation(sources, packs),
     }
+
+
+def conservation(sources: dict[str, Source], packs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per source: tokens available, taken by each pack and in all, epochs read; checked to add up.
+
+    The tokens taken from a source equal its cursor position (epochs x available + the tokens before the
+    cursor), and all sources together give exactly the packs' tokens.
+    """
+    taken: dict[str, dict[str, int]] = {name: {} for name in sources}
+    for pack in packs:
+        for s in pack["slices"]:
+            taken[s["source"]][pack["name"]] = s["tokens"]
+    table = {}
+    for name, src in sources.items():
+        available = int(src.cumsum[-1])
+        total = sum(taken[name].values())
+        position = src.cursor.epoch * available + int(src.cumsum[src.cursor.doc])
+        if total != position:
+            raise PlanError(f"source {name}: {total} tokens taken but the cursor is at {position}")
+        table[name] = {
+            "available": available,
+            "taken": total,
+            "epochs": round(src.epochs(), 6),
+            "by_pack": taken[name],
+        }
+    packed = sum(p["tokens"] for p in packs)
+    if sum(t["taken"] for t in table.values()) != packed:
+        raise PlanError(
+            f"the sources give {sum(t['taken'] for t in table.values())} tokens, the packs {packed}"
+        )
+    return table
 
 
 def _wall_hours(training: dict[str, Any], tokens: int) -> float | None:

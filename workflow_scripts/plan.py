@@ -73,6 +73,16 @@ def epochs_table(plan: dict[str, Any]) -> pd.DataFrame:
     )
 
 
+def sources_table(plan: dict[str, Any]) -> pd.DataFrame:
+    """Token conservation per source: available, taken over all packs, epochs read."""
+    return pd.DataFrame(
+        [
+            {"source": n, **{k: v for k, v in t.items() if k != "by_pack"}}
+            for n, t in plan["conservation"].items()
+        ]
+    )
+
+
 def markdown(plan: dict[str, Any]) -> str:
     """The human-readable plan."""
     packs, epochs = pack_table(plan), epochs_table(plan)
@@ -91,6 +101,10 @@ def markdown(plan: dict[str, Any]) -> str:
         "## Tokens by language and domain",
         "",
         plan_rows(plan).to_markdown(index=False),
+        "",
+        "## Tokens per source (available, taken, epochs read)",
+        "",
+        sources_table(plan).to_markdown(index=False),
         "",
         "## Epochs per source after each pack",
         "",
