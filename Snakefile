@@ -27,6 +27,15 @@ include: "rules/tokenize.smk"
 include: "rules/datapacks.smk"
 
 
+# Small bookkeeping steps run where Snakemake runs, not as cluster jobs waiting in the queue.
+localrules:
+    all,
+    ingest_stats,
+    tokenize_stats,
+    mixture,
+    plan,
+
+
 rule all:
     default_target: True
     input:
