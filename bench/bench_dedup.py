@@ -84,7 +84,7 @@ def build_data(n_docs: int, seed: int) -> Path:
     import numpy as np
     import orjson
 
-    from workflow_scripts.sample import SampleFile, _docs_for, near_duplicate
+    from workflow_scripts.ingest.sample import SampleFile, _docs_for, near_duplicate
 
     out = WORK / f"data-{n_docs}-{seed}"
     if (out / "planted.json").exists():
@@ -153,8 +153,8 @@ def ground_truth(data: Path, docs: list[dict[str, Any]]) -> dict[str, Any]:
     import numpy as np
     import scipy.sparse as sp
 
-    from workflow_scripts.dedup_params import DedupParams
-    from workflow_scripts.dedup_text import Shingler
+    from workflow_scripts.dedup.settings import DedupParams
+    from workflow_scripts.dedup.text import Shingler
 
     cache = data / "truth.npz"
     if cache.exists():
@@ -204,7 +204,7 @@ def run_ours(data: Path, workers: int, threshold: float) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "workflow_scripts.dedup",
+        "workflow_scripts.dedup.local",
         "--input",
         *map(str, sorted(data.glob("*.jsonl"))),
         "--output-dir",
@@ -223,7 +223,7 @@ def run_ours(data: Path, workers: int, threshold: float) -> dict[str, Any]:
         [
             sys.executable,
             "-m",
-            "workflow_scripts.dedup_cluster",
+            "workflow_scripts.dedup.cluster",
             "--signatures",
             *map(str, sorted((work / "signatures").glob("*.sig"))),
             "--pairs",
@@ -251,8 +251,8 @@ def run_ours(data: Path, workers: int, threshold: float) -> dict[str, Any]:
 
 def ours_predictions(res: dict[str, Any], index: dict[str, int]) -> tuple[set[Pair], set[Pair]]:
     """(cluster pairs, accepted pairs) of our run (see the module docstring)."""
-    from workflow_scripts.dedup_pairs import read_pairs
-    from workflow_scripts.dedup_sigset import SignatureSet
+    from workflow_scripts.dedup.pairs import read_pairs
+    from workflow_scripts.dedup.sigset import SignatureSet
 
     clusters: dict[str, list[int]] = {}
     for line in (res["out"] / "clusters.tsv").read_text().splitlines():

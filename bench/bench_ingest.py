@@ -94,7 +94,7 @@ def baseline(paths: list[Path]) -> float:
 
 def run_ingest(paths: list[Path], out_dir: Path, shard_mb: int, compress: str | None) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + sys) of the ingest CLI on ``paths``."""
-    cmd = [sys.executable, "-m", "workflow_scripts.ingest", "--input", *map(str, paths)]
+    cmd = [sys.executable, "-m", "workflow_scripts.ingest.shards", "--input", *map(str, paths)]
     cmd += ["--output-dir", str(out_dir), "--name-regex", NAME_REGEX, "--shard-size", str(shard_mb * MB)]
     cmd += ["--compress", compress] if compress else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

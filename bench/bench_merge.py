@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workflow_scripts.indexed_dataset import IndexedDatasetBuilder, bin_path, idx_path, merge
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, bin_path, idx_path, merge
 
 DOC_BATCH = 20_000  # documents per add_documents call while generating
 

@@ -5,10 +5,10 @@
 Steps (work dir bench/_work/tokenize, git-ignored; the corpus, model and Megatron venv are reused when
 present):
 
-1. Corpus: the embedded sample generator (``workflow_scripts.sample``, Faker text in en/de/fr/ru/zh/ja) at
+1. Corpus: the embedded sample generator (``workflow_scripts.ingest.sample``, Faker text in en/de/fr/ru/zh/ja) at
    ``--scale``, its valid records cycled (ids made unique) into a ``--mb`` MB jsonl shard and a shard of
    a tenth of that size.
-2. A BPE tokenizer (``--vocab-size``) trained with ``workflow_scripts.train_tokenizer`` on a few MB.
+2. A BPE tokenizer (``--vocab-size``) trained with ``workflow_scripts.tokens.train_tokenizer`` on a few MB.
 3. Alternating, ``--repeats`` times: SentencePiece encode-only over the big shard's texts already in
    memory, in the CLI's batches, with ``--workers`` threads (both the default int-list output and numpy
    output), and the CLI as a subprocess (wall time including start-up, reading, JSON, writing). Best of
@@ -46,7 +46,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workflow_scripts.fsio import atomic_path, open_binary, write_json  # noqa: E402
+from workflow_scripts.core.fsio import atomic_path, open_binary, write_json  # noqa: E402
 
 WORK = ROOT / "bench" / "_work" / "tokenize"
 MEGATRON_GIT = "/work/.mirror/NVIDIA+Megatron-LM/repo"
@@ -115,7 +115,7 @@ def make_corpus(mb: float, scale: float) -> tuple[Path, Path]:
     big, small = WORK / f"xx_bench_mix_split_{int(mb):04d}.jsonl", WORK / "xx_bench_mix_split_0000.jsonl"
     if big.exists() and small.exists():
         return big, small
-    from workflow_scripts.sample import generate
+    from workflow_scripts.ingest.sample import generate
 
     sample_dir = WORK / f"sample_{scale:g}"
     if not (sample_dir / "manifest.json").exists():
@@ -156,7 +156,7 @@ def train_model(shard: Path, vocab_size: int) -> Path:
         cmd = [
             sys.executable,
             "-m",
-            "workflow_scripts.train_tokenizer",
+            "workflow_scripts.tokens.train_tokenizer",
             str(shard),
             "--model-prefix",
             str(prefix),
@@ -206,7 +206,7 @@ def cli(shard: Path, model: Path, prefix: Path, workers: int) -> Measured:
     cmd = [
         sys.executable,
         "-m",
-        "workflow_scripts.tokenize",
+        "workflow_scripts.tokens.encode",
         "--input",
         str(shard),
         "--output-prefix",

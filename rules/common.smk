@@ -4,10 +4,10 @@ import hashlib
 import json
 import shlex
 
-from workflow_scripts.runtime import use_this_interpreter
-from workflow_scripts.sample import NAME_REGEX as SAMPLE_NAME_REGEX
-from workflow_scripts.sample import plan as sample_plan
-from workflow_scripts.sources import resolve_groups
+from workflow_scripts.core.runtime import use_this_interpreter
+from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
+from workflow_scripts.ingest.sample import plan as sample_plan
+from workflow_scripts.ingest.sources import resolve_groups
 
 use_this_interpreter(workflow.basedir)
 

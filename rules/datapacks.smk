@@ -13,7 +13,7 @@ rule mixture:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.mixture --signature {input:q} --name {wildcards.mixture}"
+        "python -m workflow_scripts.datapacks.mixture --signature {input:q} --name {wildcards.mixture}"
         " --mixture-json {params.mixture:q} --output {output:q} > {log} 2>&1"
 
 
@@ -33,7 +33,7 @@ checkpoint plan:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.plan --config-json {params.config:q} --signature {input.signature:q}"
+        "python -m workflow_scripts.datapacks.plan_report --config-json {params.config:q} --signature {input.signature:q}"
         " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
         " 2>&1 | tee {log}"
 
@@ -52,7 +52,7 @@ rule shuffle_source:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.slicer shuffle --prefix {params.prefix:q} --name {wildcards.source}"
+        "python -m workflow_scripts.datapacks.slicer shuffle --prefix {params.prefix:q} --name {wildcards.source}"
         " --seed {params.seed} --output {params.out:q} > {log} 2>&1"
 
 
@@ -77,7 +77,7 @@ rule slice_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.slicer slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
+        "python -m workflow_scripts.datapacks.slicer slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
         " {params.sources} --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
         " --stats {output.stats:q} > {log} 2>&1"
 
@@ -97,5 +97,5 @@ rule merge_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.indexed_dataset merge --output {params.prefix:q} --log {output.merge_log:q}"
+        "python -m workflow_scripts.core.indexed_dataset merge --output {params.prefix:q} --log {output.merge_log:q}"
         " --list {input.listing:q} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule dedup_signatures:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_signatures --input {input:q} --output {output:q} {params.settings}"
+        "python -m workflow_scripts.dedup.signatures --input {input:q} --output {output:q} {params.settings}"
         " > {log} 2>&1"
 
 
@@ -29,7 +29,7 @@ rule dedup_exact:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_exact --signatures {input:q} --partition {wildcards.part}"
+        "python -m workflow_scripts.dedup.exact --signatures {input:q} --partition {wildcards.part}"
         " --partitions {params.partitions} --output {output:q} > {log} 2>&1"
 
 
@@ -46,7 +46,7 @@ rule dedup_bands:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_bands --signatures {input:q} --group {wildcards.band}"
+        "python -m workflow_scripts.dedup.bands --signatures {input:q} --group {wildcards.band}"
         " --groups {params.groups} --partition {wildcards.part} --partitions {params.partitions}"
         " --output {output:q} > {log} 2>&1"
 
@@ -64,7 +64,7 @@ checkpoint dedup_cluster:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_cluster --signatures {input.signatures:q} --pairs {input.pairs:q}"
+        "python -m workflow_scripts.dedup.cluster --signatures {input.signatures:q} --pairs {input.pairs:q}"
         " --assign-dir {output.assign:q} --clusters {output.clusters:q} --summary {output.summary:q} > {log} 2>&1"
 
 
@@ -85,7 +85,7 @@ rule dedup_filter:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_filter --input {input.shard:q} --assign {params.assign:q}"
+        "python -m workflow_scripts.dedup.filter --input {input.shard:q} --assign {params.assign:q}"
         " --output {output.kept:q} --removed {output.removed:q} --stats {output.stats:q} > {log} 2>&1"
 
 
@@ -101,5 +101,5 @@ rule dedup_report:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup_report --stats {input.stats:q} --summary {input.summary:q}"
+        "python -m workflow_scripts.dedup.report --stats {input.stats:q} --summary {input.summary:q}"
         " --output-stats {output.stats:q} --report {output.report:q} > {log} 2>&1"

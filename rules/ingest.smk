@@ -13,7 +13,7 @@ checkpoint ingest:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.ingest --input {input:q} --output-dir {output:q} {params.args} > {log} 2>&1"
+        "python -m workflow_scripts.ingest.shards --input {input:q} --output-dir {output:q} {params.args} > {log} 2>&1"
 
 
 rule ingest_stats:
@@ -26,4 +26,4 @@ rule ingest_stats:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.stage_stats --stage ingest --output {output:q} {input:q} > {log} 2>&1"
+        "python -m workflow_scripts.core.stage_stats --stage ingest --output {output:q} {input:q} > {log} 2>&1"

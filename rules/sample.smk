@@ -13,5 +13,5 @@ rule sample:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.sample --output-dir {params.outdir:q} --seed {params.seed}"
+        "python -m workflow_scripts.ingest.sample --output-dir {params.outdir:q} --seed {params.seed}"
         " --scale {params.scale} > {log} 2>&1"

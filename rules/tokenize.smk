@@ -21,7 +21,7 @@ rule train_tokenizer:
         "../envs/tokenize.yaml"
     shell:
         # One trainer thread: the thread count is part of the model (and changes unigram pieces); it takes seconds.
-        "python -m workflow_scripts.train_tokenizer {input:q} --model-prefix {params.prefix:q}"
+        "python -m workflow_scripts.tokens.train_tokenizer {input:q} --model-prefix {params.prefix:q}"
         " --vocab-size {params.vocab_size} --model-type {params.model_type}"
         " --max-sentences {params.max_sentences} --character-coverage {params.coverage}"
         " --control-symbols {params.symbols:q} --seed {params.seed} --threads 1 > {log} 2>&1"
@@ -42,7 +42,7 @@ rule tokenize:
     conda:
         "../envs/tokenize.yaml"
     shell:
-        "python -m workflow_scripts.tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
+        "python -m workflow_scripts.tokens.encode --input {input.shard:q} --output-prefix {params.prefix:q}"
         " --tokenizer-model {input.model:q} --workers {threads} {params.args} > {log} 2>&1"
 
 
@@ -56,7 +56,7 @@ rule tokenize_stats:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.stage_stats --stage tokenize --output {output:q} {input:q} > {log} 2>&1"
+        "python -m workflow_scripts.core.stage_stats --stage tokenize --output {output:q} {input:q} > {log} 2>&1"
 
 
 rule count:
@@ -72,5 +72,5 @@ rule count:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.count --prefixes {params.prefixes:q} --links-dir {output.links:q}"
+        "python -m workflow_scripts.tokens.count --prefixes {params.prefixes:q} --links-dir {output.links:q}"
         " --signature {output.signature:q} > {log} 2>&1"

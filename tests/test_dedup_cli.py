@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import zstandard
 
-from workflow_scripts.fsio import read_json
+from workflow_scripts.core.fsio import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,7 +67,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "workflow_scripts.dedup",
+        "workflow_scripts.dedup.local",
         "--input",
         str(first),
         str(second),
@@ -114,15 +114,13 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
 
 def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
     """The per-step CLIs (as the workflow's rules call them), with other job splits, give identical bytes."""
-    from workflow_scripts import (
-        dedup,
-        dedup_bands,
-        dedup_cluster,
-        dedup_exact,
-        dedup_filter,
-        dedup_report,
-        dedup_signatures,
-    )
+    from workflow_scripts.dedup import bands as dedup_bands
+    from workflow_scripts.dedup import cluster as dedup_cluster
+    from workflow_scripts.dedup import exact as dedup_exact
+    from workflow_scripts.dedup import filter as dedup_filter
+    from workflow_scripts.dedup import local as dedup
+    from workflow_scripts.dedup import report as dedup_report
+    from workflow_scripts.dedup import signatures as dedup_signatures
 
     rng = random.Random(12)
     base = [_text(rng) for _ in range(30)]

@@ -9,7 +9,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from workflow_scripts.dedup_text import _BASE, _GRAM, Shingler, exact_hashes
+from workflow_scripts.dedup.text import _BASE, _GRAM, Shingler, exact_hashes
 
 M64 = (1 << 64) - 1
 

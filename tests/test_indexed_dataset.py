@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workflow_scripts import indexed_dataset as idd
-from workflow_scripts.indexed_dataset import (
+from workflow_scripts.core import indexed_dataset as idd
+from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
     IndexedDatasetError,
@@ -629,7 +629,7 @@ def test_cli_as_module(tmp_path):
         [
             sys.executable,
             "-m",
-            "workflow_scripts.indexed_dataset",
+            "workflow_scripts.core.indexed_dataset",
             "verify",
             str(tmp_path / "a"),
             str(tmp_path / "z"),

@@ -1,4 +1,4 @@
-"""Tests of the ingest stage (workflow_scripts.ingest): formats, rejects, grouping, sharding, CLI."""
+"""Tests of the ingest stage (workflow_scripts.ingest.shards): formats, rejects, grouping, sharding, CLI."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from workflow_scripts import ingest as ingest_mod
-from workflow_scripts.fsio import open_binary, read_json
-from workflow_scripts.ingest import (
+from workflow_scripts.ingest import shards as ingest_mod
+from workflow_scripts.core.fsio import open_binary, read_json
+from workflow_scripts.ingest.shards import (
     REJECT_REASONS,
     IngestError,
     IngestOptions,
@@ -406,7 +406,7 @@ def test_rerun_is_byte_identical_and_removes_stale_shards(tmp_path: Path) -> Non
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "workflow_scripts.ingest", *args]
+    cmd = [sys.executable, "-m", "workflow_scripts.ingest.shards", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from workflow_scripts.mixture import (
+from workflow_scripts.datapacks.mixture import (
     MixtureError,
     compute_shares,
     megatron_data_path,

@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from workflow_scripts.fsio import open_binary
-from workflow_scripts.sample import generate, near_duplicate, plan
+from workflow_scripts.core.fsio import open_binary
+from workflow_scripts.ingest.sample import generate, near_duplicate, plan
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,12 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
-from workflow_scripts import inspect as inspect_tool
-from workflow_scripts import tokenize as tok
-from workflow_scripts import train_tokenizer
-from workflow_scripts.fsio import read_json
-from workflow_scripts.indexed_dataset import IndexedDataset, best_dtype, verify
-from workflow_scripts.sft import MarkerSplitter, parse_marker_specs
+from workflow_scripts.tokens import inspection as inspect_tool
+from workflow_scripts.tokens import encode as tok
+from workflow_scripts.tokens import train_tokenizer
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
+from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 WORDS = {
     "en": [

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from conftest import REPO, Workflow
 
-from workflow_scripts.dedup_params import DedupParams
-from workflow_scripts.dedup_text import Shingler
-from workflow_scripts.indexed_dataset import IndexedDataset, verify
-from workflow_scripts.sample import generate
+from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.text import Shingler
+from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
+from workflow_scripts.ingest.sample import generate
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: 
     generate(raw, seed=3, scale=0.2)
     (raw / "manifest.json").unlink()
     model = tmp_path / "spm"
-    train = [sys.executable, "-m", "workflow_scripts.train_tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
+    train = [sys.executable, "-m", "workflow_scripts.tokens.train_tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
     subprocess.run([*train, "--model-prefix", str(model), "--vocab-size", "2000"], check=True, cwd=REPO)
     config = {
         "sample": {"enabled": False},

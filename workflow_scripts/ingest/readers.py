@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import zstandard
 
-from workflow_scripts.fsio import open_binary
+from workflow_scripts.core.fsio import open_binary
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 PARQUET_BATCH_ROWS = 1024

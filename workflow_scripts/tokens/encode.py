@@ -1,10 +1,10 @@
 """TOKENIZE stage: one jsonl shard -> Megatron ``{prefix}_{key}_document.bin/.idx`` with SentencePiece.
 
-Run it as a module only (``python -m workflow_scripts.tokenize``): run as a script path, this file would
+Run it as a module only (``python -m workflow_scripts.tokens.encode``): run as a script path, this file would
 shadow the standard library's ``tokenize``. Argument names follow Megatron-LM ``tools/preprocess_data.py``
 where they overlap::
 
-    python -m workflow_scripts.tokenize --input SHARD.jsonl[.zst|.gz] --output-prefix P \\
+    python -m workflow_scripts.tokens.encode --input SHARD.jsonl[.zst|.gz] --output-prefix P \\
         --tokenizer-model M.model [--json-keys text] [--append-eod [--eod-piece '<|endoftext|>']] \\
         [--prepend-bos [--bos-piece '<s>']] [--min-tokens N] [--sft] \\
         [--sft-marker '<<<|user|>>>=<|user|>' ...] [--workers N] [--batch-mb 4]
@@ -51,9 +51,9 @@ import numpy as np
 import orjson
 import sentencepiece as spm
 
-from workflow_scripts.fsio import atomic_path, open_binary, write_json
-from workflow_scripts.indexed_dataset import IndexedDatasetBuilder, IndexedDatasetError, best_dtype
-from workflow_scripts.sft import MarkerSplitter, parse_marker_specs
+from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, IndexedDatasetError, best_dtype
+from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 REASONS = (
     "malformed_json",
@@ -438,7 +438,7 @@ def _sha256(path: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.tokenize", description=__doc__.split("\n\n")[0]
+        prog="python -m workflow_scripts.tokens.encode", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--input", required=True, help="jsonl shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")

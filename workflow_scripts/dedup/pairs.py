@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.dedup_store import Store, write_store
+from workflow_scripts.dedup.store import Store, write_store
 
 U64 = np.uint64
 MAX_HASH = (1 << 64) - 1

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.dedup_pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
-from workflow_scripts.dedup_sigset import SignatureSet, make_keys
-from workflow_scripts.dedup_verify import jaccard_pairs
+from workflow_scripts.dedup.pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
+from workflow_scripts.dedup.sigset import SignatureSet, make_keys
+from workflow_scripts.dedup.verify import jaccard_pairs
 
 HIST_BINS = 20
 

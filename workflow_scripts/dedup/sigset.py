@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from workflow_scripts.dedup_params import DedupParams
-from workflow_scripts.dedup_shards import ROW_BITS, names_digest, stem
-from workflow_scripts.dedup_store import Store
+from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.shards import ROW_BITS, names_digest, stem
+from workflow_scripts.dedup.store import Store
 
 U64 = np.uint64
 ROW_MASK = U64((1 << ROW_BITS) - 1)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workflow_scripts.train_tokenizer SHARD.jsonl[.zst|.gz] ... --model-prefix P \\
+    python -m workflow_scripts.tokens.train_tokenizer SHARD.jsonl[.zst|.gz] ... --model-prefix P \\
         [--vocab-size 32000] [--model-type bpe|unigram] [--max-sentences 2000000] [--seed 1234] \\
         [--character-coverage 0.9995] [--control-symbols '<|endoftext|>,<|user|>,<|assistant|>'] \\
         [--user-defined-symbols ''] [--threads 1] [--spm-option KEY=VALUE ...]
@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 import sentencepiece as spm
 
-from workflow_scripts.fsio import atomic_path, open_binary
+from workflow_scripts.core.fsio import atomic_path, open_binary
 
 DEFAULT_CONTROL_SYMBOLS = "<|endoftext|>,<|user|>,<|assistant|>"
 
@@ -138,7 +138,7 @@ def _key_value(spec: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.train_tokenizer", description=__doc__.split("\n\n")[0]
+        prog="python -m workflow_scripts.tokens.train_tokenizer", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst)")
     parser.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workflow_scripts.count --prefixes P1 P2 ... --links-dir D --signature OUT.json
+    python -m workflow_scripts.tokens.count --prefixes P1 P2 ... --links-dir D --signature OUT.json
 
 Each ``P`` is a tokenized prefix named ``{lang}_{domain}_{subdomain}_split_{NNNN}_{key}_document`` (the
 tokenize stage's output). Its counts come from the index alone (the file is fully verified, which reads
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.fsio import write_json
-from workflow_scripts.indexed_dataset import IndexedDatasetError, verify
+from workflow_scripts.core.fsio import write_json
+from workflow_scripts.core.indexed_dataset import IndexedDatasetError, verify
 
 NAME_RE = re.compile(
     r"^(?P<lang>[A-Za-z0-9-]+)_(?P<domain>[A-Za-z0-9-]+)_(?P<subdomain>[A-Za-z0-9-]+)"
@@ -117,7 +117,7 @@ def build_signature(prefixes: Sequence[str], links_dir: str) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.count", description=__doc__.split("\n\n")[0]
+        prog="python -m workflow_scripts.tokens.count", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--prefixes", nargs="+", required=True, help="tokenized prefixes (no .bin/.idx)")
     parser.add_argument("--links-dir", required=True, help="directory of the count-named links (rebuilt)")

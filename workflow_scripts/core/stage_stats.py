@@ -7,7 +7,7 @@ import os
 from collections import Counter
 from typing import Any
 
-from workflow_scripts.fsio import read_json, write_json
+from workflow_scripts.core.fsio import read_json, write_json
 
 
 class UnbalancedStats(ValueError):

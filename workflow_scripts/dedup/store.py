@@ -17,7 +17,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from workflow_scripts.fsio import atomic_path
+from workflow_scripts.core.fsio import atomic_path
 
 MAGIC = b"SNKDEDUP"
 ALIGN = 64

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from workflow_scripts.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
 
 LOCALES = {"en": "en_US", "de": "de_DE", "fr": "fr_FR", "ru": "ru_RU", "zh": "zh_CN", "ja": "ja_JP"}
 NO_SPACE_LANGS = frozenset({"zh", "ja"})

@@ -21,16 +21,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts import dedup_params
-from workflow_scripts.dedup_bands import write_group
-from workflow_scripts.dedup_cluster import write_clusters
-from workflow_scripts.dedup_exact import write_exact
-from workflow_scripts.dedup_filter import filter_shard
-from workflow_scripts.dedup_params import DedupParams
-from workflow_scripts.dedup_report import write_report
-from workflow_scripts.dedup_shards import stem
-from workflow_scripts.dedup_signatures import write_signatures
-from workflow_scripts.dedup_text import char_tables
+from workflow_scripts.dedup import settings as dedup_params
+from workflow_scripts.dedup.bands import write_group
+from workflow_scripts.dedup.cluster import write_clusters
+from workflow_scripts.dedup.exact import write_exact
+from workflow_scripts.dedup.filter import filter_shard
+from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.report import write_report
+from workflow_scripts.dedup.shards import stem
+from workflow_scripts.dedup.signatures import write_signatures
+from workflow_scripts.dedup.text import char_tables
 
 
 def _run(

@@ -23,11 +23,11 @@ import xxhash
 from datasketch import MinHash
 from datasketch.minhash import _fmix
 
-from workflow_scripts import dedup_params
-from workflow_scripts.dedup_params import DedupParams
-from workflow_scripts.dedup_shards import iter_lines
-from workflow_scripts.dedup_store import write_store
-from workflow_scripts.dedup_text import Shingler, exact_hashes, fmix64
+from workflow_scripts.dedup import settings as dedup_params
+from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.shards import iter_lines
+from workflow_scripts.dedup.store import write_store
+from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix64
 
 U64 = np.uint64
 BATCH_DOCS = 2048

@@ -1,9 +1,9 @@
 """Inspect a tokenized dataset: documents as text, pieces and ids; per-document token counts (seed 003).
 
-Run it as a module only (``python -m workflow_scripts.inspect``): run as a script path, this file would
+Run it as a module only (``python -m workflow_scripts.tokens.inspection``): run as a script path, this file would
 shadow the standard library's ``inspect``. Usage::
 
-    python -m workflow_scripts.inspect PREFIX [--tokenizer-model M.model] [-n 100] [--counts-out FILE]
+    python -m workflow_scripts.tokens.inspection PREFIX [--tokenizer-model M.model] [-n 100] [--counts-out FILE]
 
 ``PREFIX`` may also be given as ``PREFIX.bin`` or ``PREFIX.idx``. Prints the first ``-n`` documents (ids
 only without a model; text and pieces too with one; control tokens such as EOD or SFT markers are shown as
@@ -21,9 +21,9 @@ from typing import TextIO
 import numpy as np
 import sentencepiece as spm
 
-from workflow_scripts.fsio import atomic_path
-from workflow_scripts.indexed_dataset import IndexedDataset, IndexedDatasetError
-from workflow_scripts.tokenize import Tokenizer, TokenizerError
+from workflow_scripts.core.fsio import atomic_path
+from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetError
+from workflow_scripts.tokens.encode import Tokenizer, TokenizerError
 
 
 def strip_suffix(prefix: str) -> str:
@@ -81,7 +81,7 @@ def write_counts(ds: IndexedDataset, path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.inspect", description=__doc__.split("\n\n")[0]
+        prog="python -m workflow_scripts.tokens.inspection", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("prefix", metavar="PREFIX", help="dataset prefix (or its .bin / .idx)")
     parser.add_argument("--tokenizer-model", help="SentencePiece model, to show text and pieces")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workflow_scripts.dedup_pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
-from workflow_scripts.dedup_sigset import SignatureSet, make_keys
+from workflow_scripts.dedup.pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
+from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 
 
 def exact_pairs(sigs: SignatureSet, part: int = 0, parts: int = 1) -> np.ndarray:

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.datapacks import shuffle_permutation
-from workflow_scripts.fsio import atomic_path, read_json, write_json
-from workflow_scripts.indexed_dataset import (
+from workflow_scripts.datapacks.planner import shuffle_permutation
+from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
     IndexedDatasetError,

@@ -38,7 +38,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from workflow_scripts.fsio import atomic_path, dumps_json, write_json
+from workflow_scripts.core.fsio import atomic_path, dumps_json, write_json
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -668,7 +668,7 @@ def fingerprint(prefix: PathLike) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``verify PREFIX...``, ``info PREFIX``, ``merge --output OUT [--log FILE] IN...``."""
     parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.indexed_dataset", description=__doc__.split("\n\n")[0]
+        prog="python -m workflow_scripts.core.indexed_dataset", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p_verify = sub.add_parser("verify", help="check every invariant of each dataset")

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from workflow_scripts.fsio import read_json, write_json
+from workflow_scripts.core.fsio import read_json, write_json
 
 NEOX_MAX_PATHS = 254  # GPT-NeoX BlendableDataset indexes datasets with uint8 and asserts < 255
 

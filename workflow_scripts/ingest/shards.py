@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workflow_scripts.ingest --input FILE... --output-dir D --shard-size BYTES
+    python -m workflow_scripts.ingest.shards --input FILE... --output-dir D --shard-size BYTES
         (--lang L --domain X --subdomain Y | --name-regex R) [--format F] [--text-key K ...] [--id-key K]
         [--min-chars N] [--min-words N] [--no-nfc] [--compress zst] [--strict]
 
@@ -48,8 +48,8 @@ from typing import IO, Any
 
 import orjson
 
-from workflow_scripts.fsio import atomic_path, open_binary_writer, write_json
-from workflow_scripts.ingest_readers import (
+from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.ingest.readers import (
     FORMATS,
     IngestError,
     Reject,
@@ -353,7 +353,7 @@ def ingest(
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI argument parser."""
-    p = argparse.ArgumentParser(prog="python -m workflow_scripts.ingest", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m workflow_scripts.ingest.shards", description=__doc__.splitlines()[0])
     p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="raw files of one group")
     p.add_argument("--output-dir", required=True, type=Path, help="shards, stats.json, quarantine.jsonl")
     p.add_argument("--shard-size", required=True, type=int, metavar="BYTES", help="uncompressed target size")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import xxhash
 
-from workflow_scripts.fsio import open_binary
+from workflow_scripts.core.fsio import open_binary
 
 SUFFIXES = (".jsonl.zst", ".jsonl.gz", ".jsonl")
 ROW_BITS = 32

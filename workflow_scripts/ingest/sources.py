@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from workflow_scripts.ingest import group_files
+from workflow_scripts.ingest.shards import group_files
 
 
 class SourceError(ValueError):

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.iterations import tokens_for_iters, train_iters, wall_time_hours
-from workflow_scripts.mixture import compute_shares
+from workflow_scripts.datapacks.iterations import tokens_for_iters, train_iters, wall_time_hours
+from workflow_scripts.datapacks.mixture import compute_shares
 
 MAX_EPOCHS_PER_SLICE = 100  # a source read more often than this within one pack is a configuration mistake
 
