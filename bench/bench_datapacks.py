@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from bench_merge import make_input, timed
 
-from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path, merge, verify
+from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.slicer import slice_pack
 
 LANGS = ["en", "de", "fr", "ru", "zh", "ja"]

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetError
 from workflow_scripts.datapacks.mixture import MixtureError
+from workflow_scripts.datapacks.planner import PlanError, make_plan
 
 
 def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:

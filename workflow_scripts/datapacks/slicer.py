@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from workflow_scripts.datapacks.planner import shuffle_permutation
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
@@ -24,6 +23,7 @@ from workflow_scripts.core.indexed_dataset import (
     verify,
     write_slice,
 )
+from workflow_scripts.datapacks.planner import shuffle_permutation
 
 GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from workflow_scripts.core.fsio import atomic_path, write_json
 from workflow_scripts.dedup.pairs import read_pairs
 from workflow_scripts.dedup.shards import ROW_BITS, stem
 from workflow_scripts.dedup.sigset import SignatureSet, split_keys
-from workflow_scripts.core.fsio import atomic_path, write_json
 
 REASONS = ("keep", "exact", "near")
 EXAMPLES = 8

@@ -17,8 +17,8 @@ from typing import IO, Any
 
 import orjson
 
-from workflow_scripts.dedup.shards import group, iter_lines
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.dedup.shards import group, iter_lines
 
 
 def _writer(stack: contextlib.ExitStack, path: str | os.PathLike[str]) -> IO[bytes]:

@@ -26,8 +26,8 @@ from workflow_scripts.dedup.bands import write_group
 from workflow_scripts.dedup.cluster import write_clusters
 from workflow_scripts.dedup.exact import write_exact
 from workflow_scripts.dedup.filter import filter_shard
-from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.dedup.report import write_report
+from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.dedup.shards import stem
 from workflow_scripts.dedup.signatures import write_signatures
 from workflow_scripts.dedup.text import char_tables

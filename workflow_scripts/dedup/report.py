@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.dedup.settings import DedupParams
 
 FIELDS = ("in", "out", "exact", "near")
 

@@ -13,16 +13,16 @@ import orjson
 import pytest
 from datasketch import MinHash
 
+from workflow_scripts.core.fsio import read_json
 from workflow_scripts.dedup import local as dedup
 from workflow_scripts.dedup import verify as dedup_verify
 from workflow_scripts.dedup.bands import band_candidates, verify
 from workflow_scripts.dedup.cluster import union
 from workflow_scripts.dedup.pairs import run_pairs, run_starts
-from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.dedup.report import check_counts
+from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.dedup.signatures import minhash, permutations, write_signatures
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
-from workflow_scripts.core.fsio import read_json
 
 VOCAB = ["".join(w) for w in itertools.product("abcdefghijklmnopqrstuvwxyz", repeat=3)][::5]  # letters only
 

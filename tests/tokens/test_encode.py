@@ -13,11 +13,11 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
-from workflow_scripts.tokens import inspection as inspect_tool
-from workflow_scripts.tokens import encode as tok
-from workflow_scripts.tokens import train_tokenizer
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
+from workflow_scripts.tokens import encode as tok
+from workflow_scripts.tokens import inspection as inspect_tool
+from workflow_scripts.tokens import train_tokenizer
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 WORDS = {

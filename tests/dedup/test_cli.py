@@ -12,7 +12,7 @@ import zstandard
 
 from workflow_scripts.core.fsio import read_json
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _text(rng: random.Random, words: int = 150) -> str:

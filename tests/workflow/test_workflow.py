@@ -10,11 +10,11 @@ import numpy as np
 import orjson
 import pytest
 import yaml
-from conftest import REPO, Workflow
 
+from tests.utils import REPO, Workflow
+from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.dedup.settings import DedupParams
 from workflow_scripts.dedup.text import Shingler
-from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.ingest.sample import generate
 
 

@@ -3,9 +3,15 @@
 import numpy as np
 import pytest
 
-from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, merge, verify, write_slice
+from workflow_scripts.core.indexed_dataset import (
+    IndexedDataset,
+    IndexedDatasetBuilder,
+    merge,
+    verify,
+    write_slice,
+)
+from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.slicer import StateMismatch, main, slice_pack, write_shuffled
 
 

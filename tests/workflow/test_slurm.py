@@ -19,9 +19,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import snakemake_env, tail
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.utils import snakemake_env, tail
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The rule the Slurm test runs (a target rule without wildcards): the first rule of the workflow.
 TARGET = "sample"

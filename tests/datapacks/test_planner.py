@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 from workflow_scripts.datapacks.iterations import neox_samples, tokens_for_iters, train_iters
+from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 
 SEED000 = {"seq_length": 8192, "global_batch_size": 576, "epoch_rule": "neox"}
 

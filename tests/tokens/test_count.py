@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workflow_scripts.tokens import count
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from workflow_scripts.tokens import count
 
 
 def build(path: Path, docs: list[list[list[int]]]) -> str:

@@ -28,7 +28,7 @@ from workflow_scripts.core.indexed_dataset import (
     write_slice,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 GOLDEN = bytes.fromhex(
     "4d4d49444944580000 0100000000000000 08 0200000000000000 0300000000000000"

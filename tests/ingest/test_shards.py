@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from workflow_scripts.ingest import shards as ingest_mod
 from workflow_scripts.core.fsio import open_binary, read_json
+from workflow_scripts.ingest import shards as ingest_mod
 from workflow_scripts.ingest.shards import (
     REJECT_REASONS,
     IngestError,
@@ -29,7 +29,7 @@ from workflow_scripts.ingest.shards import (
     parse_name,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REGEX = r"^(?P<lang>[a-z]{2})_(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part"
 TEXTS = ["Hello world", "Grüße aus Köln", "Привет, мир", "東京は晴れ", "مرحبا بالعالم"]
 
