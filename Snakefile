@@ -27,17 +27,10 @@ include: "rules/tokenize.smk"
 include: "rules/datapacks.smk"
 
 
-# Small bookkeeping steps run where Snakemake runs, not as cluster jobs waiting in the queue.
-localrules:
-    all,
-    ingest_stats,
-    tokenize_stats,
-    mixture,
-    plan,
-
-
+# Small bookkeeping steps (`localrule: True` in their rules) run where Snakemake runs, not as cluster jobs.
 rule all:
     default_target: True
+    localrule: True
     input:
         f"{SHARDS}/stats.json",
         f"{DEDUP}/stats.json" if config["dedup"]["enabled"] else [],
@@ -45,4 +38,4 @@ rule all:
         f"{TOK}/signature.json",
         expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
         f"{OUT}/plan.md",
-        merged_packs,
+        get_merged_packs,

@@ -7,6 +7,7 @@ the slicer (byte-range copies of each source's share, seed 000 names) and the me
 cache). Best time of each; MB = 10^6 bytes of ``.bin``. Goal: slicing and
 merging each run at >= 0.8 x the speed of cat of the same bytes. The pack's bytes are copied twice in
 the workflow (sources -> slices -> merged pack), so the end to end rate is also printed, against cat.
+Figures also go to bench/results/datapacks.json.
 
     .venv/bin/python bench/bench_datapacks.py                 # 6 sources, 1.2 GB, a 1 GB pack
     .venv/bin/python bench/bench_datapacks.py --pack-mb 200   # quicker
@@ -16,21 +17,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
-from bench_merge import make_input, timed
 
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path, merge, verify
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.slicer import slice_pack
 
 LANGS = ["en", "de", "fr", "ru", "zh", "ja"]
+GOAL_RATIO = 0.8
+END_TO_END = "pack end to end (2 copies)"  # slice + merge: the pack's bytes are copied twice
 
 
 def warm(paths: list[str]) -> None:
@@ -52,11 +54,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     dtype = np.dtype(np.uint16)
     try:
-        per_source = int(args.pack_mb * 1.2 * 10**6) // args.sources
+        per_source = int(args.pack_mb * 1.2 * harness.MB) // args.sources
         signature = []
         for i in range(args.sources):
             name = f"{LANGS[i % len(LANGS)]}_web_s{i}_split_0000_text_document"
-            make_input(work / name, per_source, dtype, rng)
+            harness.make_input(work / name, per_source, dtype, rng)
             ds = IndexedDataset(work / name)
             signature.append(
                 {
@@ -73,7 +75,7 @@ def main() -> None:
             "training": {"seq_length": 4096, "global_batch_size": 64, "epoch_rule": "neox"},
             "datapacks": {
                 "max_tokens_per_pack": 10**12,
-                "phases": [{"name": "main", "tokens": args.pack_mb * 10**6 // 2, "mixture": "m"}],
+                "phases": [{"name": "main", "tokens": args.pack_mb * harness.MB // 2, "mixture": "m"}],
             },
             "mixtures": {"m": {}},
         }
@@ -117,39 +119,51 @@ def main() -> None:
             "slice": sources,
             "merge": [str(slices / f"{s['name']}.bin") for s in pack["slices"]],
         }
-        best = {"cat": float("inf"), "slice": float("inf"), "merge": float("inf")}
-        outs = {
-            "cat": cat_out,
-            "slice": slices / f"{pack['slices'][-1]['name']}.bin",
-            "merge": Path(bin_path(merged)),
-        }
-        for r in range(args.repeats):
-            steps = [("cat", run_cat), ("slice", run_slice), ("merge", run_merge)]
-            for name, fn in steps[r % 3 :] + steps[: r % 3]:  # rotate the order: no step always goes first
-                if name == "merge" and not outs["slice"].exists():
-                    run_slice()
-                clear(name)
-                warm(reads[name])
-                seconds = timed(fn, outs[name], fsync=False)
-                best[name] = min(best[name], seconds)
-                nbytes = src_bytes if name == "cat" else pack_bytes
-                print(f"run {r + 1} {name:5s} {seconds:7.3f} s  {nbytes / seconds / 1e6:8.0f} MB/s")
+        last_slice = slices / f"{pack['slices'][-1]['name']}.bin"
+        nbytes = {"cat": src_bytes, "slice": pack_bytes, "merge": pack_bytes}
+        steps = {"cat": run_cat, "slice": run_slice, "merge": run_merge}
+        times: dict[str, list[float]] = {name: [] for name in steps}
+        for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
+            if name == "merge" and not last_slice.exists():
+                run_slice()
+            clear(name)
+            warm(reads[name])
+            seconds = harness.timed(steps[name])
+            times[name].append(seconds)
+            harness.run_line(r, name, seconds, nbytes[name])
         verify(merged)
-        cat_rate = src_bytes / best["cat"] / 1e6
-        slice_rate, merge_rate = pack_bytes / best["slice"] / 1e6, pack_bytes / best["merge"] / 1e6
-        both = pack_bytes / (best["slice"] + best["merge"]) / 1e6
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        best = harness.best(times)
+        rates = {name: nbytes[name] / s / harness.MB for name, s in best.items()}
+        rates[END_TO_END] = pack_bytes / (best["slice"] + best["merge"]) / harness.MB
+        ratios = {
+            name: harness.compare(name, rates[name], "cat", rates["cat"])
+            for name in ("slice", "merge", END_TO_END)
+        }
+        met = min(ratios["slice"], ratios["merge"]) >= GOAL_RATIO
+        peak_mib = harness.peak_rss_mib()
         print(
-            f"best: cat {cat_rate:.0f} MB/s | slice {slice_rate:.0f} MB/s ({slice_rate / cat_rate:.2f}x cat)"
-            f" | merge {merge_rate:.0f} MB/s ({merge_rate / cat_rate:.2f}x cat)"
+            f"goal slice and merge >= {GOAL_RATIO}x cat: {'met' if met else 'NOT met'}; "
+            f"peak RSS {peak_mib:.0f} MB (indexes only: {pack['documents']} documents)"
         )
-        print(
-            f"pack end to end (slice + merge, two copies): {both:.0f} MB/s ({both / cat_rate:.2f}x one cat)"
-        )
-        ok = min(slice_rate, merge_rate) / cat_rate >= 0.8
-        print(
-            f"goal slice and merge >= 0.8x cat: {'met' if ok else 'NOT met'}; peak RSS {peak_mb:.0f} MB "
-            f"(indexes only: {pack['documents']} documents)"
+        harness.write_results(
+            "datapacks",
+            {
+                "args": vars(args),
+                "sources_mb": round(src_bytes / harness.MB, 1),
+                "pack": {
+                    "name": pack["name"],
+                    "mb": round(pack_bytes / harness.MB, 1),
+                    "documents": pack["documents"],
+                    "slices": len(pack["slices"]),
+                },
+                "plan_s": round(plan_s, 3),
+                "runs_s": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
+                "best_mb_s": {name: round(rate, 1) for name, rate in rates.items()},
+                "ratios_vs_cat": {name: round(ratio, 3) for name, ratio in ratios.items()},
+                "goal_ratio": GOAL_RATIO,
+                "goal_met": met,
+                "peak_rss_mib": round(peak_mib, 1),
+            },
         )
     finally:
         if args.keep:

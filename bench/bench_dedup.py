@@ -26,13 +26,14 @@ files with ``--workers`` processes, best of ``--repeat`` alternating runs (the m
 runs its four MinHash stages in its own venv (bench/_work/venv-datatrove, made here with pip), with the same
 shingles: word 5-grams by a whitespace tokenizer (characters for zh/ja) after its own normalization (its
 diacritics removal off, as ours), once with our LSH shape and once with datasketch's optimal_param(threshold).
+
+Figures are printed and written to bench/results/dedup.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -41,37 +42,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-WORK = HERE / "_work"
+import harness
+
+WORK = harness.WORK
 LANGS = ("en", "de", "fr", "ru", "zh", "ja")
 DOMAINS = ("web", "news", "wiki", "books")
+OURS = "snakepack dedup"
 SHARDS_PER_GROUP = 2
 MIN_SIM = 0.5  # the ground truth keeps every pair at least this similar
 # datatrove 0.10.1 hashes str with xxhash (needs xxhash<4); its dedup package imports regex and tokenizers
 DATATROVE_PACKAGES = ("datatrove==0.10.1", "orjson", "xxhash<4", "regex", "tokenizers")
-
-
-# ---------------------------------------------------------------- running and measuring a command
-
-
-def measured(cmd: list[str], **kw: Any) -> dict[str, Any]:
-    """Run ``cmd`` under a fresh wrapper process: wall seconds, peak RSS (MiB) of its processes, stdout."""
-    wrapper = [sys.executable, __file__, "--measure", "--", *cmd]
-    t = time.perf_counter()
-    proc = subprocess.run(wrapper, capture_output=True, text=True, **kw)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[:4]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    *out, last = proc.stdout.rstrip("\n").split("\n")
-    return {"wall": wall, "rss_mib": json.loads(last)["rss_mib"], "stdout": "\n".join(out)}
-
-
-def measure_child(cmd: list[str]) -> None:
-    """(--measure mode) run cmd, then print its peak RSS (largest of it and its waited-for children)."""
-    rc = subprocess.run(cmd, stdout=sys.stdout, stderr=sys.stderr).returncode
-    print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
-    sys.exit(rc)
 
 
 # ---------------------------------------------------------------- data
@@ -153,14 +133,14 @@ def ground_truth(data: Path, docs: list[dict[str, Any]]) -> dict[str, Any]:
     import numpy as np
     import scipy.sparse as sp
 
-    from workflow_scripts.dedup.settings import DedupParams
+    from workflow_scripts.dedup.settings import DedupSettings
     from workflow_scripts.dedup.text import Shingler
 
     cache = data / "truth.npz"
     if cache.exists():
         z = np.load(cache)
         return {k: z[k] for k in z.files}
-    p = DedupParams()
+    p = DedupSettings()
     sh = Shingler(p.ngram, p.char_ngram, p.lowercase, p.nfkc, p.punctuation, p.digits)
     rows, cols = [], []
     for a in range(0, len(docs), 4096):
@@ -201,48 +181,44 @@ def ground_truth(data: Path, docs: list[dict[str, Any]]) -> dict[str, Any]:
 def run_ours(data: Path, workers: int, threshold: float) -> dict[str, Any]:
     """Time the standalone CLI; then re-run its clustering step alone to measure that step's peak RSS."""
     out = WORK / "ours"
-    cmd = [
-        sys.executable,
-        "-m",
-        "workflow_scripts.dedup.local",
+    cmd = harness.cli(
+        "dedup",
         "--input",
-        *map(str, sorted(data.glob("*.jsonl"))),
+        *sorted(data.glob("*.jsonl")),
         "--output-dir",
-        str(out),
+        out,
         "--threshold",
-        str(threshold),
+        threshold,
         "--ngram",
         "5",
         "--workers",
-        str(workers),
+        workers,
         "--keep-work",
-    ]
-    run = measured(cmd, cwd=REPO)
+    )
+    run = harness.run_isolated(cmd, cwd=harness.ROOT)
     work, again = out / "_work", WORK / "ours-cluster-again"
-    cluster = measured(
-        [
-            sys.executable,
-            "-m",
-            "workflow_scripts.dedup.cluster",
+    cluster = harness.run_isolated(
+        harness.cli(
+            "dedup-cluster",
             "--signatures",
-            *map(str, sorted((work / "signatures").glob("*.sig"))),
+            *sorted((work / "signatures").glob("*.sig")),
             "--pairs",
-            *map(str, sorted((work / "pairs").glob("*.pairs"))),
+            *sorted((work / "pairs").glob("*.pairs")),
             "--assign-dir",
-            str(again),
+            again,
             "--clusters",
-            str(again / "clusters.tsv"),
+            again / "clusters.tsv",
             "--summary",
-            str(again / "summary.json"),
-        ],
-        cwd=REPO,
+            again / "summary.json",
+        ),
+        cwd=harness.ROOT,
     )
     summary = json.loads((again / "summary.json").read_text())
     return {
-        "wall": run["wall"],
-        "log": run["stdout"],
-        "cluster_rss_mib": cluster["rss_mib"],
-        "cluster_wall": cluster["wall"],
+        "wall": run.wall,
+        "log": run.output,
+        "cluster_rss_mib": cluster.rss_mib,
+        "cluster_wall": cluster.wall,
         "summary": summary,
         "out": out,
         "lsh": f"{summary['params']['bands']}x{summary['params']['rows']}",
@@ -291,7 +267,7 @@ def run_datatrove(data: Path, workers: int, bands: int, rows: int) -> dict[str, 
     shutil.rmtree(out, ignore_errors=True)
     files = sorted(p.name for p in data.glob("*.jsonl"))
     stages = [
-        measured(
+        harness.run_isolated(
             [
                 str(python),
                 __file__,
@@ -310,14 +286,14 @@ def run_datatrove(data: Path, workers: int, bands: int, rows: int) -> dict[str, 
                 "--workers",
                 str(workers),
             ],
-            cwd=REPO,
+            cwd=harness.ROOT,
         )
         for stage in (1, 2, 3, 4)
     ]
     return {
-        "wall": sum(s["wall"] for s in stages),
-        "stage_walls": [round(s["wall"], 2) for s in stages],
-        "cluster_rss_mib": stages[2]["rss_mib"],
+        "wall": sum(s.wall for s in stages),
+        "stage_walls": [round(s.wall, 2) for s in stages],
+        "cluster_rss_mib": stages[2].rss_mib,
         "out": out,
         "files": files,
         "lsh": f"{bands}x{rows}",
@@ -495,45 +471,79 @@ def evaluate(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, Any]]] = {}
     for _ in range(args.repeat):  # alternate the tools: load from other users of the machine hits all alike
         ours = run_ours(data, args.workers, args.threshold)
-        runs.setdefault("snakepack dedup", []).append(ours)
+        runs.setdefault(OURS, []).append(ours)
         b, r = (int(x) for x in ours["lsh"].split("x"))
         shapes = dict.fromkeys([(b, r), _optimal_param(args.threshold, b * r, 0.5, 0.5)])
         for b, r in [] if args.skip_datatrove else shapes:
             runs.setdefault(f"datatrove {b}x{r}", []).append(run_datatrove(data, args.workers, b, r))
-    best = {name: min(rs, key=lambda x: x["wall"]) for name, rs in runs.items()}
-    ours = best["snakepack dedup"]
+    best = harness.best(runs, key=lambda x: x["wall"])
+    ours = best[OURS]
     print(ours["log"])
     header = (
         f"{'tool':<16} {'LSH':>5} {'docs/s':>7} {'accepted-pair P':>15} {'R':>6} {'cluster-pair P':>14} "
         f"{'R':>6} {'cluster RSS':>11} {'ours/this':>9}"
     )
     print("\n" + header + "\n" + "-" * len(header))
-    results = {}
+    tools: dict[str, dict[str, Any]] = {}
     for name, res in best.items():
         if res is ours:
             cluster_pairs, accepted = ours_predictions(res, index)
         else:
             cluster_pairs, accepted = datatrove_predictions(res, docs_by_file, index)
         (ap, ar), (cp, cr) = scores(accepted, truth), scores(cluster_pairs, truth)
-        results[name] = (ap, ar)
+        tools[name] = {
+            "lsh": res["lsh"],
+            "runs_s": [round(r["wall"], 2) for r in runs[name]],
+            "docs_s": round(len(docs) / res["wall"], 1),
+            "accepted_pairs": {"precision": ap, "recall": ar},
+            "cluster_pairs": {"precision": cp, "recall": cr},
+            "cluster_rss_mib": round(res["cluster_rss_mib"], 1),
+        }
         print(
             f"{name.split()[0]:<16} {res['lsh']:>5} {len(docs) / res['wall']:>7.0f} {ap:>15.3f} {ar:>6.3f} "
             f"{cp:>14.3f} {cr:>6.3f} {res['cluster_rss_mib']:>7.0f} MiB {res['wall'] / ours['wall']:>8.2f}x"
         )
     print(
         f"\nwall seconds of every run (the best counts): "
-        f"{ {name: [round(r['wall'], 2) for r in rs] for name, rs in runs.items()} }"
+        f"{ {name: tool['runs_s'] for name, tool in tools.items()} }"
     )
+    summary = ours["summary"]
     print(
-        f"our clustering step alone: {ours['summary']['docs_in_clusters']} documents in "
-        f"{ours['summary']['clusters']} clusters, edges {ours['summary']['edges']}, peak RSS "
+        f"our clustering step alone: {summary['docs_in_clusters']} documents in "
+        f"{summary['clusters']} clusters, edges {summary['edges']}, peak RSS "
         f"{ours['cluster_rss_mib']:.0f} MiB, {ours['cluster_wall']:.2f}s wall (process start included)"
     )
-    speed = min((r["wall"] / ours["wall"] for r in best.values() if r is not ours), default=float("nan"))
-    quality = results["snakepack dedup"][0] >= 0.97 and results["snakepack dedup"][1] >= 0.95
+    for name, res in best.items():
+        if res is not ours:
+            harness.compare(OURS, len(docs) / ours["wall"], name, len(docs) / res["wall"], unit="docs/s")
+    speedups = [r["wall"] / ours["wall"] for r in best.values() if r is not ours]
+    speed = min(speedups, default=float("nan"))
+    accepted = tools[OURS]["accepted_pairs"]
+    quality = accepted["precision"] >= 0.97 and accepted["recall"] >= 0.95
     print(
         f"bar: accepted-pair precision >= 0.97 and recall >= 0.95: {'PASS' if quality else 'FAIL'}; "
         f"speed >= 2x datatrove: {speed:.2f}x {'PASS' if speed >= 2 else 'FAIL'}"
+    )
+    harness.write_results(
+        "dedup",
+        {
+            "args": {k: v for k, v in vars(args).items() if v is not None},  # not the hidden stage options
+            "docs": len(docs),
+            "truth_pairs": len(truth),
+            "tools": tools,
+            "our_clustering": {
+                "docs_in_clusters": summary["docs_in_clusters"],
+                "clusters": summary["clusters"],
+                "edges": summary["edges"],
+                "peak_rss_mib": round(ours["cluster_rss_mib"], 1),
+                "wall_s": round(ours["cluster_wall"], 2),
+            },
+            "bar": {
+                "quality_pass": quality,
+                "speed_vs_datatrove": round(speed, 2) if speedups else None,
+                "speed_pass": speed >= 2,
+            },
+        },
     )
 
 
@@ -545,19 +555,15 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.85)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool (the fastest counts)")
     parser.add_argument("--skip-datatrove", action="store_true")
-    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--datatrove-stage", type=int, help=argparse.SUPPRESS)
     for hidden in ("--data", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     for hidden in ("--bands", "--rows", "--files"):
         parser.add_argument(hidden, type=int, help=argparse.SUPPRESS)
-    args, rest = parser.parse_known_args()
-    if args.measure:
-        measure_child(rest[1:] if rest[:1] == ["--"] else rest)
-    elif args.datatrove_stage:
+    args = parser.parse_args()
+    if args.datatrove_stage:
         datatrove_stage(args)
     else:
-        sys.path.insert(0, str(REPO))
         evaluate(args)
 
 

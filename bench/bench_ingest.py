@@ -4,7 +4,8 @@
 
 Generates (deterministically) multilingual-looking jsonl in bench/_work, times the baseline in-process and
 the ingest CLI as a subprocess (one process, one core), prints MB/s of both, their ratio, the goal and the
-ingest process's peak RSS. bench/_work/ingest is removed at the end unless --keep.
+ingest process's peak RSS, and writes them to bench/results/ingest.json. bench/_work/ingest is removed at
+the end unless --keep.
 """
 
 from __future__ import annotations
@@ -12,20 +13,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
-import resource
 import shutil
-import subprocess
-import sys
 import time
 import unicodedata
 from pathlib import Path
 
+import harness
 import orjson
+from harness import MB
 
-ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "bench" / "_work" / "ingest"
+WORK = harness.WORK / "ingest"
 GOAL_MB_S = 80.0
-MB = 1_000_000
 
 # Letters per script: (alphabet, join words with spaces?). Latin includes accents, some docs are made NFD.
 SCRIPTS = {
@@ -92,17 +90,12 @@ def baseline(paths: list[Path]) -> float:
     return time.perf_counter() - start
 
 
-def run_ingest(paths: list[Path], out_dir: Path, shard_mb: int, compress: str | None) -> tuple[float, float]:
-    """Wall seconds and CPU seconds (user + sys) of the ingest CLI on ``paths``."""
-    cmd = [sys.executable, "-m", "workflow_scripts.ingest.shards", "--input", *map(str, paths)]
-    cmd += ["--output-dir", str(out_dir), "--name-regex", NAME_REGEX, "--shard-size", str(shard_mb * MB)]
-    cmd += ["--compress", compress] if compress else []
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def run_ingest(paths: list[Path], out_dir: Path, shard_mb: int, compress: str | None) -> harness.Measured:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS of the ingest CLI on ``paths``."""
+    args = ["--input", *paths, "--output-dir", out_dir, "--name-regex", NAME_REGEX]
+    args += ["--shard-size", shard_mb * MB]
+    args += ["--compress"] if compress else []
+    return harness.run_child(harness.cli("ingest", *args), capture=False, cwd=harness.ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,17 +112,36 @@ def main(argv: list[str] | None = None) -> None:
         size, gen_s = sum(p.stat().st_size for p in paths) / MB, time.perf_counter() - start
         print(f"generated {size:.1f} MB of jsonl in {len(paths)} files in {gen_s:.1f}s", flush=True)
         base_s = baseline(paths)
-        wall, cpu = run_ingest(paths, WORK / "out", args.shard_mb, args.compress)
+        ingest = run_ingest(paths, WORK / "out", args.shard_mb, args.compress)
         stats = orjson.loads((WORK / "out" / "stats.json").read_bytes())
-        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-        ours, base = size / wall, size / base_s
-        print(f"baseline read+orjson.loads: {base:7.1f} MB/s ({base_s:.2f}s)")
-        print(f"ingest CLI end to end:      {ours:7.1f} MB/s ({wall:.2f}s wall, {size / cpu:.1f} MB/CPU-s)")
-        verdict = "met" if ours >= GOAL_MB_S else "NOT met"
-        print(f"ratio ingest/baseline: {ours / base:.2f}; goal >= {GOAL_MB_S:.0f} MB/s per core: {verdict}")
+        ours, base = size / ingest.wall, size / base_s
+        ratio = harness.compare("ingest CLI end to end", ours, "read + orjson.loads", base)
+        print(f"ingest CLI {ingest.wall:.2f}s wall, {size / ingest.cpu:.1f} MB/CPU-s; baseline {base_s:.2f}s")
+        met = ours >= GOAL_MB_S
+        print(f"goal >= {GOAL_MB_S:.0f} MB/s per core: {'met' if met else 'NOT met'}")
         rejected = sum(stats["rejected"].values())
         print(f"ingest: {stats['docs_in']} docs in, {stats['docs_out']} out, {rejected} rejected, ", end="")
-        print(f"{len(stats['shards'])} shards; ingest peak RSS {peak_mb:.0f} MiB")
+        print(f"{len(stats['shards'])} shards; ingest peak RSS {ingest.rss_mib:.0f} MiB")
+        harness.write_results(
+            "ingest",
+            {
+                "args": vars(args),
+                "input_mb": round(size, 1),
+                "baseline": {"seconds": round(base_s, 3), "mb_s": round(base, 1)},
+                "ingest": {
+                    "wall_s": round(ingest.wall, 3),
+                    "cpu_s": round(ingest.cpu, 3),
+                    "mb_s": round(ours, 1),
+                    "mb_per_cpu_s": round(size / ingest.cpu, 1),
+                    "peak_rss_mib": round(ingest.rss_mib, 1),
+                },
+                "ratio_ingest_vs_baseline": round(ratio, 3),
+                "goal_mb_s": GOAL_MB_S,
+                "goal_met": met,
+                "docs": {"in": stats["docs_in"], "out": stats["docs_out"], "rejected": rejected},
+                "shards": len(stats["shards"]),
+            },
+        )
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)

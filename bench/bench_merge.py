@@ -4,7 +4,7 @@ Writes N synthetic inputs (random tokens, documents of 300-3000 tokens) into a w
 alternates ``cat IN1.bin ... INn.bin > out.bin`` and ``merge([IN1 ... INn], out)`` ``--repeats`` times and
 keeps the best time of each. Both read from a warm page cache and write through it (``--fsync`` adds an
 fsync of the output to both timings); dirty pages are flushed between runs, outside the timings. MB = 10^6
-bytes of ``.bin`` data. Goal: merge throughput >= 0.8 x cat.
+bytes of ``.bin`` data. Goal: merge throughput >= 0.8 x cat. Figures also go to bench/results/merge.json.
 
     .venv/bin/python bench/bench_merge.py                # 8 x 128 MB int32, bench/_work, ~1 minute
     .venv/bin/python bench/bench_merge.py --size-mb 128  # quicker
@@ -21,44 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
+import harness
 import numpy as np
 
-from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, bin_path, idx_path, merge
+from workflow_scripts.core.indexed_dataset import bin_path, idx_path, merge
 
-DOC_BATCH = 20_000  # documents per add_documents call while generating
-
-
-def make_input(prefix: Path, nbytes: int, dtype: np.dtype, rng: np.random.Generator) -> int:
-    """Write a dataset of about ``nbytes`` of tokens; return its document count."""
-    n_tokens = nbytes // dtype.itemsize
-    lengths = rng.integers(300, 3001, n_tokens // 300 + 1)
-    ends = np.cumsum(lengths)
-    n_docs = int(np.searchsorted(ends, n_tokens)) + 1
-    lengths = lengths[:n_docs]
-    lengths[-1] -= int(ends[n_docs - 1]) - n_tokens
-    high = 65_000 if dtype == np.uint16 else 250_000
-    with IndexedDatasetBuilder(prefix, dtype) as b:
-        for a in range(0, n_docs, DOC_BATCH):
-            lens = lengths[a : a + DOC_BATCH]
-            b.add_documents(rng.integers(0, high, int(lens.sum()), dtype=dtype), lens)
-    return n_docs
-
-
-def timed(fn: Callable[[], None], out: Path, fsync: bool) -> float:
-    """Seconds taken by ``fn`` (plus an fsync of ``out`` when asked)."""
-    os.sync()
-    start = time.perf_counter()
-    fn()
-    if fsync:
-        fd = os.open(out, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return time.perf_counter() - start
+GOAL_RATIO = 0.8
 
 
 def main() -> int:
@@ -85,8 +55,8 @@ def main() -> int:
     try:
         t0 = time.perf_counter()
         prefixes = [work / f"in{i}" for i in range(args.inputs)]
-        per_input = args.size_mb * 10**6 // args.inputs
-        docs = sum(make_input(p, per_input, dtype, rng) for p in prefixes)
+        per_input = args.size_mb * harness.MB // args.inputs
+        docs = sum(harness.make_input(p, per_input, dtype, rng) for p in prefixes)
         total = sum(os.path.getsize(bin_path(p)) for p in prefixes)
         print(
             f"inputs: {args.inputs} x {per_input / 1e6:.0f} MB {dtype.name}, {docs} documents, "
@@ -102,21 +72,36 @@ def main() -> int:
         def run_merge() -> None:
             merge(prefixes, merge_out)
 
-        best = {"cat": float("inf"), "merge": float("inf")}
-        for r in range(args.repeats):
-            for name, fn, out in (("cat", run_cat, cat_out), ("merge", run_merge, Path(bin_path(merge_out)))):
-                for stale in (cat_out, Path(bin_path(merge_out)), Path(idx_path(merge_out))):
-                    stale.unlink(missing_ok=True)
-                seconds = timed(fn, out, args.fsync)
-                best[name] = min(best[name], seconds)
-                print(f"run {r + 1} {name:5s} {seconds:7.3f} s  {total / seconds / 1e6:8.0f} MB/s")
-                if name == "cat" and r == 0:
-                    run_merge()  # check once that both produce the same bytes
-                    assert filecmp.cmp(cat_out, bin_path(merge_out), shallow=False), "merge != cat"
-        cat_rate, merge_rate = total / best["cat"] / 1e6, total / best["merge"] / 1e6
-        ratio = merge_rate / cat_rate
-        print(f"best: cat {cat_rate:.0f} MB/s, merge {merge_rate:.0f} MB/s, ratio merge/cat {ratio:.2f}")
-        print(f"goal ratio >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}")
+        steps = {"cat": run_cat, "merge": run_merge}
+        outs = {"cat": cat_out, "merge": Path(bin_path(merge_out))}
+        times: dict[str, list[float]] = {name: [] for name in steps}
+        for r, name in harness.rounds(list(steps), args.repeats):
+            for stale in (cat_out, Path(bin_path(merge_out)), Path(idx_path(merge_out))):
+                stale.unlink(missing_ok=True)
+            seconds = harness.timed(steps[name], outs[name] if args.fsync else None)
+            times[name].append(seconds)
+            harness.run_line(r, name, seconds, total)
+            if name == "cat" and r == 0:
+                run_merge()  # check once that both produce the same bytes
+                assert filecmp.cmp(cat_out, bin_path(merge_out), shallow=False), "merge != cat"
+        best = harness.best(times)
+        rates = {name: total / seconds / harness.MB for name, seconds in best.items()}
+        ratio = harness.compare("merge", rates["merge"], "cat", rates["cat"])
+        met = ratio >= GOAL_RATIO
+        print(f"goal ratio >= {GOAL_RATIO}: {'met' if met else 'NOT met'}")
+        harness.write_results(
+            "merge",
+            {
+                "args": vars(args),
+                "inputs_mb": round(total / harness.MB, 1),
+                "documents": docs,
+                "runs_s": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
+                "best_mb_s": {name: round(rate, 1) for name, rate in rates.items()},
+                "ratio_merge_vs_cat": round(ratio, 3),
+                "goal_ratio": GOAL_RATIO,
+                "goal_met": met,
+            },
+        )
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -5,9 +5,9 @@
 Steps (work dir bench/_work/tokenize, git-ignored; the corpus, model and Megatron venv are reused when
 present):
 
-1. Corpus: the embedded sample generator (``workflow_scripts.ingest.sample``, Faker text in en/de/fr/ru/zh/ja) at
-   ``--scale``, its valid records cycled (ids made unique) into a ``--mb`` MB jsonl shard and a shard of
-   a tenth of that size.
+1. Corpus: the embedded sample generator (``workflow_scripts.ingest.sample``, Faker text in
+   en/de/fr/ru/zh/ja) at ``--scale``, its valid records cycled (ids made unique) into a ``--mb`` MB jsonl
+   shard and a shard of a tenth of that size.
 2. A BPE tokenizer (``--vocab-size``) trained with ``workflow_scripts.tokens.train_tokenizer`` on a few MB.
 3. Alternating, ``--repeats`` times: SentencePiece encode-only over the big shard's texts already in
    memory, in the CLI's batches, with ``--workers`` threads (both the default int-list output and numpy
@@ -21,7 +21,7 @@ present):
    ``MMapIndexedDataset`` (from the local GPT-NeoX mirror, when present), every document decoded back to
    its input text.
 
-Results are printed and written to bench/_work/tokenize/results.json.
+Results are printed and written to bench/results/tokenize.json.
 """
 
 from __future__ import annotations
@@ -30,25 +30,21 @@ import argparse
 import io
 import itertools
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import harness
 import orjson
+from harness import Measured
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from workflow_scripts.core.fsio import atomic_path, open_binary
 
-from workflow_scripts.core.fsio import atomic_path, open_binary, write_json  # noqa: E402
-
-WORK = ROOT / "bench" / "_work" / "tokenize"
+WORK = harness.WORK / "tokenize"
 MEGATRON_GIT = "/work/.mirror/NVIDIA+Megatron-LM/repo"
 NEOX_GIT = "/work/.mirror/EleutherAI+gpt-neox/repo"
 MEGATRON_PACKAGES = ["torch==2.13.0", "numpy", "sentencepiece", "packaging", "triton", "typing_extensions"]
@@ -59,51 +55,6 @@ BATCH_MB = 4.0
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _tree_rss_kb(pid: int) -> int:
-    """Resident memory (kB) of ``pid`` and all its descendants, from /proc (0 once it has exited)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
-        except OSError:
-            continue
-        total += next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:")), 0)
-        todo += map(int, children)
-    return total
-
-
-@dataclass(frozen=True)
-class Measured:
-    """Wall seconds, CPU seconds (all threads / child processes), peak RSS in MB (process tree)."""
-
-    wall: float
-    cpu: float
-    rss_mb: int = 0
-
-
-def run_timed(cmd: list[str], **kwargs: Any) -> tuple[Measured, str]:
-    """Run ``cmd``; return its measurements and output. Peak RSS is sampled every 20 ms from /proc, summed
-    over the process tree (``ru_maxrss`` of a child would include this big process's memory at fork)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, _tree_rss_kb(proc.pid))
-            time.sleep(0.02)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{text[-3000:]}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return Measured(wall, cpu, peak // 1024), text
 
 
 # --- corpus and model -------------------------------------------------------------------------------------
@@ -153,22 +104,20 @@ def make_corpus(mb: float, scale: float) -> tuple[Path, Path]:
 def train_model(shard: Path, vocab_size: int) -> Path:
     prefix = WORK / f"bpe_{vocab_size}"
     if not prefix.with_suffix(".model").exists():
-        cmd = [
-            sys.executable,
-            "-m",
-            "workflow_scripts.tokens.train_tokenizer",
-            str(shard),
+        cmd = harness.cli(
+            "train-tokenizer",
+            shard,
             "--model-prefix",
-            str(prefix),
+            prefix,
             "--vocab-size",
-            str(vocab_size),
+            vocab_size,
             "--model-type",
             "bpe",
             "--max-sentences",
             "40000",
-        ]
-        m, out = run_timed(cmd, cwd=ROOT)
-        log(f"trained tokenizer in {m.wall:.1f}s: {out.strip().splitlines()[-1]}")
+        )
+        m = harness.run_child(cmd, cwd=harness.ROOT)
+        log(f"trained tokenizer in {m.wall:.1f}s: {m.output.strip().splitlines()[-1]}")
     return prefix.with_suffix(".model")
 
 
@@ -202,26 +151,24 @@ def encode_only(model: Path, batches: list[list[str]], workers: int, out_type: A
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
-def cli(shard: Path, model: Path, prefix: Path, workers: int) -> Measured:
-    cmd = [
-        sys.executable,
-        "-m",
-        "workflow_scripts.tokens.encode",
+def tokenize_cli(shard: Path, model: Path, prefix: Path, workers: int) -> Measured:
+    cmd = harness.cli(
+        "tokenize",
         "--input",
-        str(shard),
+        shard,
         "--output-prefix",
-        str(prefix),
+        prefix,
         "--tokenizer-model",
-        str(model),
+        model,
         "--append-eod",
         "--eod-piece",
         "</s>",
         "--workers",
-        str(workers),
+        workers,
         "--batch-mb",
-        str(BATCH_MB),
-    ]
-    return run_timed(cmd, cwd=ROOT)[0]
+        BATCH_MB,
+    )
+    return harness.run_child(cmd, sample_rss=True, cwd=harness.ROOT)
 
 
 # --- Megatron-LM and GPT-NeoX ----------------------------------------------------------------------------
@@ -253,7 +200,7 @@ def megatron_env(git_dir: str) -> tuple[Path, Path]:
             text=True,
         ).stdout.strip()
         Path(site, "sitecustomize.py").write_text(SITECUSTOMIZE)
-    run_timed([str(python), "tools/preprocess_data.py", "--help"], cwd=src)
+    harness.run_child([str(python), "tools/preprocess_data.py", "--help"], cwd=src)
     return python, src
 
 
@@ -280,7 +227,7 @@ def megatron_preprocess(
         "--log-interval",
         "100000000",
     ]
-    return run_timed(cmd, cwd=src)[0], f"{prefix}_text_document"
+    return harness.run_child(cmd, sample_rss=True, cwd=src), f"{prefix}_text_document"
 
 
 CHECK = r"""
@@ -310,7 +257,7 @@ def compat_check(
     python: Path, reader: str, root: Path, prefix: Path, model: Path, shard: Path
 ) -> dict[str, Any]:
     cmd = [str(python), "-c", CHECK, reader, str(root), str(prefix), str(model), str(shard)]
-    out = run_timed(cmd)[1]
+    out = harness.run_child(cmd).output
     return orjson.loads(out.strip().splitlines()[-1])
 
 
@@ -349,18 +296,19 @@ def main() -> int:
         "vocab_size": args.vocab_size,
         "cpus": os.cpu_count(),
     }
-    runs: dict[str, list[Measured]] = {"encode_int": [], "encode_numpy": [], "cli": []}
-    for r in range(args.repeats):
-        runs["encode_int"].append(encode_only(model, batches, args.workers, int))
-        runs["encode_numpy"].append(encode_only(model, batches, args.workers, "numpy"))
-        runs["cli"].append(cli(big, model, WORK / "out" / "ours", args.workers))
-        log(
-            f"round {r + 1}: "
-            + ", ".join(f"{k} {v[-1].wall:.2f}s wall {v[-1].cpu:.2f}s cpu" for k, v in runs.items())
-        )
-    best = {k: min(m.wall for m in v) for k, v in runs.items()}
+    steps = {
+        "encode_int": lambda: encode_only(model, batches, args.workers, int),
+        "encode_numpy": lambda: encode_only(model, batches, args.workers, "numpy"),
+        "cli": lambda: tokenize_cli(big, model, WORK / "out" / "ours", args.workers),
+    }
+    runs: dict[str, list[Measured]] = {name: [] for name in steps}
+    for r, name in harness.rounds(list(steps), args.repeats):
+        m = steps[name]()
+        runs[name].append(m)
+        log(f"round {r + 1}: {name} {m.wall:.2f}s wall {m.cpu:.2f}s cpu")
+    best = harness.best({k: [m.wall for m in v] for k, v in runs.items()})
     median = {k: statistics.median(m.wall for m in v) for k, v in runs.items()}
-    cpu = {k: min(m.cpu for m in v) for k, v in runs.items()}
+    cpu = harness.best({k: [m.cpu for m in v] for k, v in runs.items()})
     for k in runs:
         res[k] = {
             "best_mb_s": round(mb / best[k], 2),
@@ -368,6 +316,7 @@ def main() -> int:
             "cpu_s": round(cpu[k], 2),
         }
     for base in ("encode_int", "encode_numpy"):
+        harness.compare("tokenize CLI (best)", mb / best["cli"], f"{base} (best)", mb / best[base])
         res[f"ratio_vs_{base}"] = {
             "best_wall": round(best[base] / best["cli"], 3),
             "median_wall": round(median[base] / median["cli"], 3),
@@ -375,8 +324,8 @@ def main() -> int:
         }
     small_prefix = WORK / "out" / "small"
     res["peak_rss_mb"] = {
-        "small": cli(small, model, small_prefix, args.workers).rss_mb,
-        "big_10x": max(m.rss_mb for m in runs["cli"]),
+        "small": int(tokenize_cli(small, model, small_prefix, args.workers).rss_mib),
+        "big_10x": int(max(m.rss_mib for m in runs["cli"])),
     }
 
     if args.no_megatron:
@@ -388,10 +337,13 @@ def main() -> int:
         except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
             log(f"Megatron-LM skipped: it cannot run here ({str(exc).strip().splitlines()[-1]})")
         else:
+            harness.compare(
+                "tokenize CLI (median)", mb / median["cli"], "Megatron preprocess_data", mb / meg.wall
+            )
             res["megatron"] = {
                 "wall_mb_s": round(mb / meg.wall, 2),
                 "cpu_s": round(meg.cpu, 2),
-                "peak_rss_mb": meg.rss_mb,
+                "peak_rss_mb": int(meg.rss_mib),
             }
             res["ratio_cli_vs_megatron"] = {
                 "wall": round(meg.wall / median["cli"], 2),
@@ -410,8 +362,8 @@ def main() -> int:
                 )
             else:
                 log(f"GPT-NeoX reader skipped: no mirror at {args.neox_git}")
-    write_json(WORK / "results.json", res)
     print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
+    harness.write_results("tokenize", {"args": vars(args), **res})
     return 0
 
 

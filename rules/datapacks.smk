@@ -1,4 +1,7 @@
-"""Stages 5-7: mixtures, the datapack plan, per-pack slicing with a persistent cursor, per-pack merge."""
+"""Stages 5-6, mixtures and datapacks. Reads ``tokenized/signature.json`` and the counted prefixes; writes
+``mixtures/{name}.json``, the plan (``plan.json/.csv/.md``), per pack ``datapacks/{pack}/`` (slices, cursor
+``state.json``, ``stats.json``) and ``merged/{pack}/{pack}.bin/.idx`` with its merge log.
+"""
 
 
 rule mixture:
@@ -8,15 +11,17 @@ rule mixture:
         f"{OUT}/mixtures/{{mixture}}.json",
     log:
         f"{LOGS}/mixtures/{{mixture}}.log",
+    localrule: True
     params:
         mixture=lambda wildcards: json.dumps(config["mixtures"][wildcards.mixture], sort_keys=True),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.datapacks.mixture --signature {input:q} --name {wildcards.mixture}"
-        " --mixture-json {params.mixture:q} --output {output:q} > {log} 2>&1"
+        "{SNAKEPACK} mixture --signature {input:q} --name {wildcards.mixture}"
+        " --mixture-json {params.mixture:q} --output {output:q} > {log:q} 2>&1"
 
 
+# A checkpoint: the packs (names, slices) are known once the plan is made.
 checkpoint plan:
     input:
         signature=f"{TOK}/signature.json",
@@ -27,40 +32,45 @@ checkpoint plan:
         md=f"{OUT}/plan.md",
     log:
         f"{LOGS}/plan.log",
+    localrule: True
     params:
         config=plan_config(),
         merged=MERGED,
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.datapacks.plan_report --config-json {params.config:q} --signature {input.signature:q}"
+        "{SNAKEPACK} plan --config-json {params.config:q} --signature {input.signature:q}"
         " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
-        " 2>&1 | tee {log}"
+        " 2>&1 | tee {log:q}"
 
 
 rule shuffle_source:
     input:
-        multiext(f"{TOK}/{{source}}_text_document", ".bin", ".idx"),
+        multiext(f"{TOK}/{naming.tokenized_prefix('{shard}')}", ".bin", ".idx"),
     output:
-        multiext(f"{DATAPACKS}/sources/{{source}}", ".bin", ".idx"),
+        multiext(f"{DATAPACKS}/sources/{{shard}}", ".bin", ".idx"),
     log:
-        f"{LOGS}/datapacks/shuffle_{{source}}.log",
+        f"{LOGS}/datapacks/shuffle_{{shard}}.log",
+    benchmark:
+        f"{BENCH}/datapacks/shuffle_{{shard}}.tsv"
     params:
-        prefix=lambda wildcards: f"{TOK}/{wildcards.source}_text_document",
+        prefix=lambda wildcards, input: input[0].removesuffix(".bin"),
         out=lambda wildcards, output: output[0].removesuffix(".bin"),
         seed=config["seed"],
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.datapacks.slicer shuffle --prefix {params.prefix:q} --name {wildcards.source}"
-        " --seed {params.seed} --output {params.out:q} > {log} 2>&1"
+        "{SNAKEPACK} shuffle --prefix {params.prefix:q} --name {wildcards.shard}"
+        " --seed {params.seed} --output {params.out:q} > {log:q} 2>&1"
 
 
 rule slice_pack:
     input:
+        # ancient(): the plan is rewritten whenever any pack changes; the spec param below reruns a pack only
+        # when its own entry changed. Its sources are ancient too (see get_pack_sources).
         plan=ancient(f"{OUT}/plan.json"),
-        state=previous_state,
-        sources=pack_sources,
+        state=get_previous_state,
+        sources=get_pack_sources,
     output:
         slices=directory(f"{DATAPACKS}/{{pack}}/slices"),
         listing=f"{DATAPACKS}/{{pack}}/slices.txt",
@@ -68,8 +78,10 @@ rule slice_pack:
         stats=f"{DATAPACKS}/{{pack}}/stats.json",
     log:
         f"{LOGS}/datapacks/{{pack}}.log",
+    benchmark:
+        f"{BENCH}/datapacks/slice_{{pack}}.tsv"
     params:
-        spec=pack_spec,
+        spec=get_pack_spec,
         state=lambda wildcards, input: shlex.join(["--state-in", *input.state]) if input.state else "",
         sources=lambda wildcards: (
             shlex.join(["--sources-dir", f"{DATAPACKS}/sources"]) if config["datapacks"]["shuffle"] else ""
@@ -77,9 +89,9 @@ rule slice_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.datapacks.slicer slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
+        "{SNAKEPACK} slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
         " {params.sources} --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
-        " --stats {output.stats:q} > {log} 2>&1"
+        " --stats {output.stats:q} > {log:q} 2>&1"
 
 
 rule merge_pack:
@@ -92,10 +104,12 @@ rule merge_pack:
         merge_log=f"{MERGED}/{{pack}}/{{pack}}.merge.log",
     log:
         f"{LOGS}/merged/{{pack}}.log",
+    benchmark:
+        f"{BENCH}/merged/{{pack}}.tsv"
     params:
         prefix=lambda wildcards, output: output.bin.removesuffix(".bin"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.core.indexed_dataset merge --output {params.prefix:q} --log {output.merge_log:q}"
-        " --list {input.listing:q} > {log} 2>&1"
+        "{SNAKEPACK} merge --output {params.prefix:q} --log {output.merge_log:q} --list {input.listing:q}"
+        " > {log:q} 2>&1"

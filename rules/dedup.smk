@@ -1,105 +1,127 @@
-"""Stage 2, dedup: MinHash near-duplicate (and exact) removal, scattered over shards, gathered by LSH band."""
+"""Stage 2, dedup. Reads the ingested shards; writes ``dedup/{group}/{shard}.jsonl`` (kept lines, byte for
+byte), ``dedup/{group}/removed/``, ``dedup/clusters.tsv``, ``report.json`` and ``stats.json``. Scattered over
+shards (signatures, filter) and gathered by hash partition and LSH band group (exact, bands, cluster).
+"""
 
 
 rule dedup_signatures:
     input:
-        f"{SHARDS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
+        f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
     output:
-        f"{DEDUP_WORK}/sig/{{group}}_split_{{split}}.sig",
+        f"{DEDUP_WORK}/sig/{SHARD}.sig",
     log:
-        f"{LOGS}/dedup/signatures/{{group}}_split_{{split}}.log",
+        f"{LOGS}/dedup/signatures/{SHARD}.log",
+    benchmark:
+        f"{BENCH}/dedup/signatures/{SHARD}.tsv"
     params:
-        settings=dedup_args(),
+        settings=DEDUP_ARGS,
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.signatures --input {input:q} --output {output:q} {params.settings}"
-        " > {log} 2>&1"
+        "{SNAKEPACK} dedup-signatures --input {input:q} --output {output:q} {params.settings} > {log:q} 2>&1"
 
 
 rule dedup_exact:
     input:
-        dedup_signatures,
+        get_signatures,
     output:
         f"{DEDUP_WORK}/pairs/exact_{{part}}.pairs",
     log:
         f"{LOGS}/dedup/exact_{{part}}.log",
+    benchmark:
+        f"{BENCH}/dedup/exact_{{part}}.tsv"
     params:
         partitions=config["dedup"]["partitions"],
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.exact --signatures {input:q} --partition {wildcards.part}"
-        " --partitions {params.partitions} --output {output:q} > {log} 2>&1"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} dedup-exact --signatures @{log:q}.inputs --partition {wildcards.part}"
+        " --partitions {params.partitions} --output {output:q} > {log:q} 2>&1"
 
 
 rule dedup_bands:
     input:
-        dedup_signatures,
+        get_signatures,
     output:
         f"{DEDUP_WORK}/pairs/bands_{{band}}_{{part}}.pairs",
     log:
         f"{LOGS}/dedup/bands_{{band}}_{{part}}.log",
+    benchmark:
+        f"{BENCH}/dedup/bands_{{band}}_{{part}}.tsv"
     params:
         groups=config["dedup"]["band_groups"],
         partitions=config["dedup"]["partitions"],
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.bands --signatures {input:q} --group {wildcards.band}"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} dedup-bands --signatures @{log:q}.inputs --group {wildcards.band}"
         " --groups {params.groups} --partition {wildcards.part} --partitions {params.partitions}"
-        " --output {output:q} > {log} 2>&1"
+        " --output {output:q} > {log:q} 2>&1"
 
 
+# A checkpoint: get_assign_digest reads each shard's assignment to decide which shards to filter again.
 checkpoint dedup_cluster:
     input:
-        signatures=dedup_signatures,
-        pairs=dedup_pair_files(),
+        signatures=get_signatures,
+        pairs=get_pair_files(),
     output:
         assign=directory(f"{DEDUP_WORK}/assign"),
         clusters=f"{DEDUP}/clusters.tsv",
         summary=f"{DEDUP_WORK}/cluster_summary.json",
     log:
         f"{LOGS}/dedup/cluster.log",
+    benchmark:
+        f"{BENCH}/dedup/cluster.tsv"
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.cluster --signatures {input.signatures:q} --pairs {input.pairs:q}"
-        " --assign-dir {output.assign:q} --clusters {output.clusters:q} --summary {output.summary:q} > {log} 2>&1"
+        write_list("{input.signatures:q}", "{log:q}.signatures")
+        + " && "
+        + write_list("{input.pairs:q}", "{log:q}.pairs")
+        + " && {SNAKEPACK} dedup-cluster --signatures @{log:q}.signatures --pairs @{log:q}.pairs"
+        " --assign-dir {output.assign:q} --clusters {output.clusters:q} --summary {output.summary:q}"
+        " > {log:q} 2>&1"
 
 
 rule dedup_filter:
     input:
-        shard=f"{SHARDS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
-        # Every cluster run rewrites all assignments; a shard is filtered again only when its own changed.
+        shard=f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
+        # ancient(): every cluster run rewrites all assignments; the assign_digest param below reruns a
+        # shard only when its own assignment changed.
         assign=ancient(f"{DEDUP_WORK}/assign"),
     output:
-        kept=f"{DEDUP}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
-        removed=f"{DEDUP}/{{group}}/removed/{{group}}_split_{{split}}{SHARD_EXT}",
-        stats=f"{DEDUP_WORK}/stats/{{group}}_split_{{split}}.stats.json",
+        kept=f"{DEDUP}/{{group}}/{SHARD}{SHARD_EXT}",
+        removed=f"{DEDUP}/{{group}}/removed/{SHARD}{SHARD_EXT}",
+        stats=f"{DEDUP_WORK}/stats/{SHARD}.stats.json",
     log:
-        f"{LOGS}/dedup/filter/{{group}}_split_{{split}}.log",
+        f"{LOGS}/dedup/filter/{SHARD}.log",
+    benchmark:
+        f"{BENCH}/dedup/filter/{SHARD}.tsv"
     params:
-        assign=lambda wildcards, input: f"{input.assign}/{wildcards.group}_split_{wildcards.split}.assign.json",
-        assign_digest=assign_digest,
+        assign=lambda wildcards, input: f"{input.assign}/{naming.shard_name(wildcards.group, wildcards.split)}.assign.json",
+        assign_digest=get_assign_digest,
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.filter --input {input.shard:q} --assign {params.assign:q}"
-        " --output {output.kept:q} --removed {output.removed:q} --stats {output.stats:q} > {log} 2>&1"
+        "{SNAKEPACK} dedup-filter --input {input.shard:q} --assign {params.assign:q}"
+        " --output {output.kept:q} --removed {output.removed:q} --stats {output.stats:q} > {log:q} 2>&1"
 
 
 rule dedup_report:
     input:
-        stats=lambda wildcards: [f"{DEDUP_WORK}/stats/{shard_stem(s)}.stats.json" for s in all_shards()],
+        stats=get_dedup_stats,
         summary=f"{DEDUP_WORK}/cluster_summary.json",
     output:
         stats=f"{DEDUP}/stats.json",
         report=f"{DEDUP}/report.json",
     log:
         f"{LOGS}/dedup/report.log",
+    localrule: True
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts.dedup.report --stats {input.stats:q} --summary {input.summary:q}"
-        " --output-stats {output.stats:q} --report {output.report:q} > {log} 2>&1"
+        write_list("{input.stats:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} dedup-report --stats @{log:q}.inputs --summary {input.summary:q}"
+        " --output-stats {output.stats:q} --report {output.report:q} > {log:q} 2>&1"

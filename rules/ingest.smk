@@ -1,6 +1,10 @@
-"""Stage 1, ingest: raw vendor files become uniform shards, one checkpoint per group (lang_domain_subdomain)."""
+"""Stage 1, ingest. Reads the configured raw files (and the sample); writes, per group
+``{lang}_{domain}_{subdomain}``, ``shards/{group}/{group}_split_{NNNN}.jsonl[.zst]`` with its quarantine and
+stats, and ``shards/stats.json`` for the stage.
+"""
 
 
+# A checkpoint: a group's shard names are known only once its raw files were read.
 checkpoint ingest:
     input:
         lambda wildcards: GROUPS[wildcards.group].files,
@@ -8,12 +12,15 @@ checkpoint ingest:
         directory(f"{SHARDS}/{{group}}"),
     log:
         f"{LOGS}/ingest/{{group}}.log",
+    benchmark:
+        f"{BENCH}/ingest/{{group}}.tsv"
     params:
-        args=lambda wildcards: GROUPS[wildcards.group].args,
+        settings=lambda wildcards: GROUPS[wildcards.group].args,
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.ingest.shards --input {input:q} --output-dir {output:q} {params.args} > {log} 2>&1"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} ingest --input @{log:q}.inputs --output-dir {output:q} {params.settings} > {log:q} 2>&1"
 
 
 rule ingest_stats:
@@ -23,7 +30,9 @@ rule ingest_stats:
         f"{SHARDS}/stats.json",
     log:
         f"{LOGS}/ingest/stats.log",
+    localrule: True
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.core.stage_stats --stage ingest --output {output:q} {input:q} > {log} 2>&1"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} stats --stage ingest --output {output:q} @{log:q}.inputs > {log:q} 2>&1"

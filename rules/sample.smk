@@ -1,4 +1,6 @@
-"""The embedded sample: a generated multilingual vendor delivery, the default input."""
+"""The embedded sample: a generated multilingual vendor delivery (raw files and manifest.json under
+``sample/``), the default input. Reads nothing.
+"""
 
 
 rule sample:
@@ -13,5 +15,5 @@ rule sample:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.ingest.sample --output-dir {params.outdir:q} --seed {params.seed}"
-        " --scale {params.scale} > {log} 2>&1"
+        "{SNAKEPACK} sample --output-dir {params.outdir:q} --seed {params.seed} --scale {params.scale}"
+        " > {log:q} 2>&1"

@@ -1,76 +1,80 @@
-"""Stages 3-4, tokenize and count: SentencePiece into Megatron .bin/.idx, count-named links, data signature."""
+"""Stages 3-4, tokenize and count. Reads the deduplicated (or ingested) shards; writes the tokenizer (when
+none is given), ``tokenized/{shard}_text_document.bin/.idx`` (+ stats, quarantine), ``tokenized/stats.json``,
+the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/signature.json``.
+"""
 
 
 rule train_tokenizer:
     input:
-        corpus_shards,
+        get_corpus_shards,
     output:
         model=f"{OUT}/tokenizer/spm.model",
         vocab=f"{OUT}/tokenizer/spm.vocab",
     log:
         f"{LOGS}/tokenizer/train.log",
+    benchmark:
+        f"{BENCH}/tokenizer/train.tsv"
     params:
         prefix=lambda wildcards, output: output.model.removesuffix(".model"),
-        vocab_size=config["tokenizer"]["vocab_size"],
-        model_type=config["tokenizer"]["model_type"],
-        max_sentences=config["tokenizer"]["max_sentences"],
-        coverage=config["tokenizer"]["character_coverage"],
-        symbols=",".join(config["tokenizer"]["control_symbols"]),
-        seed=config["seed"],
+        settings=TOKENIZER_ARGS,
     conda:
         "../envs/tokenize.yaml"
     shell:
         # One trainer thread: the thread count is part of the model (and changes unigram pieces); it takes seconds.
-        "python -m workflow_scripts.tokens.train_tokenizer {input:q} --model-prefix {params.prefix:q}"
-        " --vocab-size {params.vocab_size} --model-type {params.model_type}"
-        " --max-sentences {params.max_sentences} --character-coverage {params.coverage}"
-        " --control-symbols {params.symbols:q} --seed {params.seed} --threads 1 > {log} 2>&1"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} train-tokenizer @{log:q}.inputs --model-prefix {params.prefix:q} {params.settings}"
+        " --threads 1 > {log:q} 2>&1"
 
 
 rule tokenize:
     input:
-        shard=f"{CORPUS}/{{group}}/{{group}}_split_{{split}}{SHARD_EXT}",
+        shard=f"{CORPUS}/{{group}}/{SHARD}{SHARD_EXT}",
         model=TOKENIZER,
     output:
-        multiext(f"{TOK}/{{group}}_split_{{split}}_text_document", ".bin", ".idx", ".stats.json", ".quarantine.jsonl"),
+        multiext(f"{TOK}/{naming.tokenized_prefix(SHARD)}", ".bin", ".idx", ".stats.json", ".quarantine.jsonl"),
     log:
-        f"{LOGS}/tokenize/{{group}}_split_{{split}}.log",
+        f"{LOGS}/tokenize/{SHARD}.log",
+    benchmark:
+        f"{BENCH}/tokenize/{SHARD}.tsv"
     params:
-        prefix=lambda wildcards, output: output[0].removesuffix("_text_document.bin"),
-        args=tokenize_args(),
+        prefix=lambda wildcards: f"{TOK}/{naming.shard_name(wildcards.group, wildcards.split)}",
+        settings=TOKENIZE_ARGS,
     threads: config["tokenize"]["threads"]
     conda:
         "../envs/tokenize.yaml"
     shell:
-        "python -m workflow_scripts.tokens.encode --input {input.shard:q} --output-prefix {params.prefix:q}"
-        " --tokenizer-model {input.model:q} --workers {threads} {params.args} > {log} 2>&1"
+        "{SNAKEPACK} tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
+        " --tokenizer-model {input.model:q} {params.settings} --threads {threads} > {log:q} 2>&1"
 
 
 rule tokenize_stats:
     input:
-        lambda wildcards: [f"{p}.stats.json" for p in tokenized_prefixes()],
+        get_tokenize_stats,
     output:
         f"{TOK}/stats.json",
     log:
         f"{LOGS}/tokenize/stats.log",
+    localrule: True
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.core.stage_stats --stage tokenize --output {output:q} {input:q} > {log} 2>&1"
+        write_list("{input:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} stats --stage tokenize --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
 
 
 rule count:
     input:
-        lambda wildcards: [f"{p}{ext}" for p in tokenized_prefixes() for ext in (".bin", ".idx")],
+        get_tokenized_files,
     output:
         links=directory(f"{TOK}/counted"),
         signature=f"{TOK}/signature.json",
     log:
         f"{LOGS}/count.log",
     params:
-        prefixes=lambda wildcards: tokenized_prefixes(),
+        prefixes=lambda wildcards: get_tokenized_prefixes(),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts.tokens.count --prefixes {params.prefixes:q} --links-dir {output.links:q}"
-        " --signature {output.signature:q} > {log} 2>&1"
+        write_list("{params.prefixes:q}", "{log:q}.inputs")
+        + " && {SNAKEPACK} count --prefixes @{log:q}.inputs --links-dir {output.links:q}"
+        " --signature {output.signature:q} > {log:q} 2>&1"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core import indexed_dataset as idd
 from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
@@ -580,13 +581,13 @@ def test_cli_verify_info_merge(tmp_path, capsys):
     build(tmp_path / "b", [[[6]]])
     write_raw(tmp_path / "bad", raw_idx(version=3))
 
-    assert idd.main(["verify", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     assert capsys.readouterr().out.count("ok ") == 2
-    assert idd.main(["verify", str(tmp_path / "a"), str(tmp_path / "bad")]) == 1
+    assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "bad")]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"error: {tmp_path / 'bad'}.idx: unsupported version 3 (expected 1)"]
 
-    assert idd.main(["info", str(tmp_path / "a")]) == 0
+    assert snakepack(["info", str(tmp_path / "a")]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info == {
         "prefix": str(tmp_path / "a"),
@@ -606,7 +607,7 @@ def test_cli_verify_info_merge(tmp_path, capsys):
         str(tmp_path / "b"),
         str(tmp_path / "a"),
     ]
-    assert idd.main(args) == 0
+    assert snakepack(args) == 0
     assert IndexedDataset(tmp_path / "m").tokens.tolist() == [6, 1, 2, 3, 4, 5]
     entry = json.loads(log.read_text())
     assert [Path(x["prefix"]).name for x in entry["inputs"]] == ["b", "a"]
@@ -616,11 +617,11 @@ def test_cli_verify_info_merge(tmp_path, capsys):
 
     build(tmp_path / "i32", [[[1]]], np.int32)
     assert (
-        idd.main(["merge", "--output", str(tmp_path / "x"), str(tmp_path / "a"), str(tmp_path / "i32")]) == 1
+        snakepack(["merge", "--output", str(tmp_path / "x"), str(tmp_path / "a"), str(tmp_path / "i32")]) == 2
     )
     assert "all merge inputs must share one dtype" in capsys.readouterr().err
-    assert idd.main(["info", str(tmp_path / "nope")]) == 1
-    assert capsys.readouterr().err == f"error: {tmp_path / 'nope'}.idx: missing file\n"
+    assert snakepack(["info", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == f"snakepack info: error: {tmp_path / 'nope'}.idx: missing file\n"
 
 
 def test_cli_as_module(tmp_path):
@@ -629,7 +630,7 @@ def test_cli_as_module(tmp_path):
         [
             sys.executable,
             "-m",
-            "workflow_scripts.core.indexed_dataset",
+            "workflow_scripts",
             "verify",
             str(tmp_path / "a"),
             str(tmp_path / "z"),

@@ -12,7 +12,7 @@ from workflow_scripts.core.indexed_dataset import (
     write_slice,
 )
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
-from workflow_scripts.datapacks.slicer import StateMismatch, main, slice_pack, write_shuffled
+from workflow_scripts.datapacks.slicer import StateMismatch, slice_main, slice_pack, write_shuffled
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
@@ -71,7 +71,6 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources) -> None:
     for pack in plan["packs"]:
         out = tmp / pack["name"]
         args = [
-            "slice",
             "--plan",
             str(tmp / "plan.json"),
             "--pack",
@@ -85,7 +84,7 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources) -> None:
             "--list",
             str(out / "slices.txt"),
         ]
-        main(args + (["--state-in", state] if state else []))
+        slice_main(args + (["--state-in", state] if state else []))
         state = str(out / "state.json")
         prefixes = (out / "slices.txt").read_text().split()
         merged = merge(prefixes, tmp / f"{pack['name']}_merged")

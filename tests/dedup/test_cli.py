@@ -67,7 +67,8 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "workflow_scripts.dedup.local",
+        "workflow_scripts",
+        "dedup",
         "--input",
         str(first),
         str(second),

@@ -20,7 +20,7 @@ from workflow_scripts.dedup.bands import band_candidates, verify
 from workflow_scripts.dedup.cluster import union
 from workflow_scripts.dedup.pairs import run_pairs, run_starts
 from workflow_scripts.dedup.report import check_counts
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.signatures import minhash, permutations, write_signatures
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 
@@ -60,7 +60,7 @@ def run(tmp_path: Path, shards: dict[str, list[dict[str, Any]]], **settings: Any
     tmp_path.mkdir(parents=True, exist_ok=True)
     inputs = [write_shard(tmp_path / name, docs) for name, docs in shards.items()]
     out = tmp_path / "out"
-    dedup.run(inputs, out, DedupParams(**settings).resolved())
+    dedup.run(inputs, out, DedupSettings(**settings).resolved())
     kept = [orjson.loads(x)["id"] for p in inputs for x in (out / p.name).read_bytes().splitlines()]
     removed = [orjson.loads(x) for p in inputs for x in (out / "removed" / p.name).read_bytes().splitlines()]
     clusters = [line.split("\t") for line in (out / "clusters.tsv").read_text().splitlines()]
@@ -91,9 +91,9 @@ def test_minhash_matches_datasketch() -> None:
 def test_signatures_are_deterministic(tmp_path: Path) -> None:
     rng = random.Random(2)
     shard = write_shard(tmp_path / "en_web_cc_split_0000.jsonl", [doc(str(i), text(rng)) for i in range(50)])
-    write_signatures(shard, tmp_path / "a.sig", DedupParams().resolved())
-    write_signatures(shard, tmp_path / "b.sig", DedupParams().resolved())
-    write_signatures(shard, tmp_path / "c.sig", DedupParams(seed=99).resolved())
+    write_signatures(shard, tmp_path / "a.sig", DedupSettings().resolved())
+    write_signatures(shard, tmp_path / "b.sig", DedupSettings().resolved())
+    write_signatures(shard, tmp_path / "c.sig", DedupSettings(seed=99).resolved())
     a = (tmp_path / "a.sig").read_bytes()
     assert a == (tmp_path / "b.sig").read_bytes()
     assert a != (tmp_path / "c.sig").read_bytes()
@@ -110,7 +110,7 @@ def test_run_pairs_all_pairs_small_runs_star_large() -> None:
 def test_band_sorting_finds_every_equal_band_pair(tmp_path: Path) -> None:
     rng = random.Random(3)
     vocab = VOCAB[:60]  # small vocabulary, one-row bands: many collisions
-    params = DedupParams(
+    params = DedupSettings(
         num_perm=12, bands=12, rows=1, ngram=1, verify="none", exact=False, bucket_cap=10_000
     ).resolved()
     sig_paths = []
@@ -148,7 +148,7 @@ def test_verification_rejects_dissimilar_candidates(tmp_path: Path) -> None:
     shard = write_shard(tmp_path / "en_web_cc_split_0000.jsonl", docs)
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.uint64)  # keys of shard 0: its rows
     for mode in ("jaccard", "none"):
-        write_signatures(shard, tmp_path / f"{mode}.sig", DedupParams(verify=mode).resolved())
+        write_signatures(shard, tmp_path / f"{mode}.sig", DedupSettings(verify=mode).resolved())
         accepted, sim = verify(SignatureSet([tmp_path / f"{mode}.sig"]), pairs)
         if mode == "jaccard":
             assert accepted.tolist() == [True, False, False]

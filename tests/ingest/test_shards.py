@@ -107,9 +107,9 @@ def test_format_inference_and_override(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "vendor.ndjson", [{"text": "a doc"}])
     with pytest.raises(IngestError, match=r"vendor\.ndjson: cannot infer the format"):
         ingest([path], tmp_path / "out", options())
-    assert ingest([path], tmp_path / "out", options(fmt="jsonl"))["docs_out"] == 1
+    assert ingest([path], tmp_path / "out", options(format="jsonl"))["docs_out"] == 1
     with pytest.raises(IngestError, match=r"format 'jsonl\.gz' does not match"):
-        ingest([path], tmp_path / "out", options(fmt="jsonl.gz"))
+        ingest([path], tmp_path / "out", options(format="jsonl.gz"))
 
 
 def test_parquet_rows_numbered_across_batches_and_extra_columns_kept(tmp_path: Path) -> None:
@@ -308,7 +308,7 @@ def test_several_text_keys_joined_and_meta_kept(tmp_path: Path) -> None:
         {"title": "   ", "body": "Blank title"},
     ]
     path = write_jsonl(tmp_path / "en_web_cc_part-1.jsonl", records)
-    ingest([path], tmp_path / "out", options(text_keys=("title", "body")))
+    ingest([path], tmp_path / "out", options(text_key=("title", "body")))
     got = [(r["text"], r["meta"]) for r in shard_records(tmp_path / "out")]
     assert got == [
         ("Title\n\nBody text", {"url": "https://x.org", "tags": ["a"]}),
@@ -374,7 +374,7 @@ def test_small_inputs_concatenated_in_sorted_order(tmp_path: Path) -> None:
 def test_zst_shards_hold_the_same_records(tmp_path: Path) -> None:
     path = make_input(tmp_path, "jsonl", TEXTS * 20)
     plain = ingest([path], tmp_path / "plain", options(shard_size=500))
-    packed = ingest([path], tmp_path / "zst", options(shard_size=500, compress="zst"))
+    packed = ingest([path], tmp_path / "zst", options(shard_size=500, compress=True))
     assert [s["name"] for s in packed["shards"]] == [s["name"] + ".zst" for s in plain["shards"]]
     assert [s["docs"] for s in packed["shards"]] == [s["docs"] for s in plain["shards"]]
     assert shard_records(tmp_path / "zst") == shard_records(tmp_path / "plain")
@@ -406,7 +406,7 @@ def test_rerun_is_byte_identical_and_removes_stale_shards(tmp_path: Path) -> Non
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "workflow_scripts.ingest.shards", *args]
+    cmd = [sys.executable, "-m", "workflow_scripts", "ingest", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
@@ -415,7 +415,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     b = write_lines(tmp_path / "fr_wiki_frwiki_part-2.jsonl", [b'{"body": "x"}', b'{"title": "Deux"}'])
     out = tmp_path / "out"
     args = ["--input", str(a), str(b), "--output-dir", str(out), "--name-regex", REGEX, "--shard-size", "99"]
-    proc = run_cli(*args, "--text-key", "title", "body", "--min-chars", "2", "--compress", "zst")
+    proc = run_cli(*args, "--text-key", "title", "body", "--min-chars", "2", "--compress")
     assert proc.returncode == 0, proc.stderr
     assert "fr_wiki_frwiki: 2 files, 3 docs in, 2 out, 1 rejected, 2 shards" in proc.stderr
     expected = [("f1", "Titre\n\nÉté"), (f"{b.name}:2", "Deux")]
@@ -425,7 +425,7 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert (stats["files"], stats["docs_in"], stats["docs_out"]) == (2, 3, 2)
     names = ["fr_wiki_frwiki_split_0000.jsonl.zst", "fr_wiki_frwiki_split_0001.jsonl.zst"]
     assert [s["name"] for s in stats["shards"]] == names
-    assert stats["options"]["text_keys"] == ["title", "body"]
+    assert stats["options"]["text_key"] == ["title", "body"]
 
 
 def test_cli_errors(tmp_path: Path) -> None:
@@ -433,13 +433,13 @@ def test_cli_errors(tmp_path: Path) -> None:
     out = tmp_path / "out"
     base = ["--input", str(path), "--output-dir", str(out), "--shard-size", "100"]
     proc = run_cli(*base, "--lang", "en", "--domain", "web", "--subdomain", "cc", "--strict")
-    assert proc.returncode == 1
-    assert f"{path}:2: rejected record (malformed_json)" in proc.stderr
+    assert proc.returncode == 2
+    assert f"snakepack ingest: error: {path}:2: rejected record (malformed_json)" in proc.stderr
     assert not (out / "stats.json").exists()
     proc = run_cli(*base, "--name-regex", r"^(?P<lang>de)_(?P<domain>\w+?)_(?P<subdomain>\w+?)_")
-    assert proc.returncode == 1 and f"{path}: file name" in proc.stderr and "does not match" in proc.stderr
+    assert proc.returncode == 2 and f"{path}: file name" in proc.stderr and "does not match" in proc.stderr
     proc = run_cli(*base, "--lang", "en", "--name-regex", REGEX)
-    assert proc.returncode == 1 and "--name-regex excludes" in proc.stderr
+    assert proc.returncode == 2 and "--name-regex excludes" in proc.stderr
 
 
 def test_truncated_zst_is_an_error_not_a_short_read(tmp_path: Path) -> None:

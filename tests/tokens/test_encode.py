@@ -13,6 +13,7 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
+from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
 from workflow_scripts.tokens import encode as tok
@@ -153,9 +154,10 @@ def test_reservoir_sample_is_seeded_and_bounded() -> None:
     ]
 
 
-def test_training_without_text_fails(tmp_path: Path) -> None:
+def test_training_without_text_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = write_jsonl(tmp_path / "x.jsonl", [b"not json", {"id": 1, "text": "  \n "}])
-    assert train_tokenizer.main([str(src), "--model-prefix", str(tmp_path / "m")]) == 1
+    assert snakepack(["train-tokenizer", str(src), "--model-prefix", str(tmp_path / "m")]) == 2
+    assert "snakepack train-tokenizer: error: no training text" in capsys.readouterr().err
     assert not (tmp_path / "m.model").exists()
 
 
@@ -329,12 +331,14 @@ def test_vocabulary_over_65500_writes_int32(
     assert ds.document(0).tolist() == [*tokenizer.sp.encode("hello world"), 69999]
 
 
-def test_cli_megatron_names_and_zst_input(tokenizer: tok.Tokenizer, model: Path, tmp_path: Path) -> None:
+def test_cli_megatron_names_and_zst_input(
+    tokenizer: tok.Tokenizer, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "en_web_cc_split_0001.jsonl.zst"
     src.write_bytes(zstandard.ZstdCompressor().compress(b'{"id": 1, "text": "hello world"}\n'))
     out = tmp_path / "tok" / "en_web_cc_split_0001"
     argv = ["--input", str(src), "--output-prefix", str(out), "--tokenizer-model", str(model)]
-    assert tok.main([*argv, "--append-eod", "--json-keys", "text", "--workers", "2"]) == 0
+    assert snakepack(["tokenize", *argv, "--append-eod", "--json-keys", "text", "--workers", "2"]) == 0
     names = sorted(p.name for p in out.parent.iterdir())
     assert names == [
         f"en_web_cc_split_0001_text_document.{ext}"
@@ -343,12 +347,18 @@ def test_cli_megatron_names_and_zst_input(tokenizer: tok.Tokenizer, model: Path,
     assert IndexedDataset(f"{out}_text_document").document(0).tolist()[-1] == tokenizer.token_id(
         "<|endoftext|>"
     )
-    assert tok.main([*argv, "--append-eod", "--eod-piece", "<|nope|>"]) == 1
-    with pytest.raises(SystemExit):
-        tok.main([*argv, "--json-keys", "text", "title"])
+    capsys.readouterr()
+    assert snakepack(["tokenize", *argv, "--append-eod", "--eod-piece", "<|nope|>"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("snakepack tokenize: error: ") and "'<|nope|>' is not in" in err
+    assert len(err.splitlines()) == 1  # one line, no traceback
+    with pytest.raises(SystemExit) as exit_info:
+        snakepack(["tokenize", *argv, "--json-keys", "text", "title"])
+    assert exit_info.value.code == 2
+    assert "exactly one --json-keys value is supported" in capsys.readouterr().err
 
 
-def test_failed_run_leaves_no_output(model: Path, tmp_path: Path) -> None:
+def test_failed_run_leaves_no_output(model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out" / "x"
     argv = [
         "--input",
@@ -358,7 +368,8 @@ def test_failed_run_leaves_no_output(model: Path, tmp_path: Path) -> None:
         "--tokenizer-model",
         str(model),
     ]
-    assert tok.main(argv) == 1
+    assert snakepack(["tokenize", *argv]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
     assert list(out.parent.iterdir()) == []
 
 

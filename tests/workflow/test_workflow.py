@@ -13,7 +13,7 @@ import yaml
 
 from tests.utils import REPO, Workflow
 from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
 
@@ -67,7 +67,7 @@ def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: 
     generate(raw, seed=3, scale=0.2)
     (raw / "manifest.json").unlink()
     model = tmp_path / "spm"
-    train = [sys.executable, "-m", "workflow_scripts.tokens.train_tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
+    train = [sys.executable, "-m", "workflow_scripts", "train-tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
     subprocess.run([*train, "--model-prefix", str(model), "--vocab-size", "2000"], check=True, cwd=REPO)
     config = {
         "sample": {"enabled": False},
@@ -154,7 +154,7 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
 def shingle_jaccard(a: str, b: str, lang: str) -> float:
     """Exact Jaccard of two texts' shingle sets, with dedup's own normalization and shingling."""
     shingler = Shingler()
-    char = np.array([lang in DedupParams().char_langs] * 2)
+    char = np.array([lang in DedupSettings().char_langs] * 2)
     units, offsets = shingler.units([a, b], char)
     hashes, off = shingler.shingles(units, offsets, char)
     values = (hashes >> np.uint64(32)).astype(np.uint32)

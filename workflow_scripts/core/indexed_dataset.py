@@ -38,6 +38,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, dumps_json, write_json
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -66,7 +67,7 @@ DTypeLike = npt.DTypeLike
 PathLike = str | os.PathLike[str]
 
 
-class IndexedDatasetError(ValueError):
+class IndexedDatasetError(UserError, ValueError):
     """A missing, malformed or inconsistent indexed dataset; the message names the file and the problem."""
 
 
@@ -665,62 +666,58 @@ def fingerprint(prefix: PathLike) -> dict[str, Any]:
     return {"idx_blake2b": digest, "bin_bytes": _size(bin_path(prefix))}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``verify PREFIX...``, ``info PREFIX``, ``merge --output OUT [--log FILE] IN...``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.core.indexed_dataset", description=__doc__.split("\n\n")[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_verify = sub.add_parser("verify", help="check every invariant of each dataset")
-    p_verify.add_argument("prefixes", nargs="+", metavar="PREFIX")
-    p_info = sub.add_parser("info", help="print counts as JSON")
-    p_info.add_argument("prefix", metavar="PREFIX")
-    p_merge = sub.add_parser("merge", help="concatenate datasets in the given order")
-    p_merge.add_argument("--output", required=True, metavar="OUT", help="output prefix")
-    p_merge.add_argument("--log", metavar="FILE", help="write a JSON merge log here")
-    p_merge.add_argument("--list", metavar="FILE", help="read input prefixes from FILE, one a line, first")
-    p_merge.add_argument("inputs", nargs="*", metavar="IN", help="input prefixes, merged in this order")
+def _prefix(path: str) -> str:
+    return path.removesuffix(".bin").removesuffix(".idx")
+
+
+def verify_main(argv: Sequence[str] | None = None) -> int:
+    """``snakepack verify PREFIX...``: check every invariant of each dataset; status 1 if any fails."""
+    parser = argparse.ArgumentParser(description="Check every .bin/.idx invariant of each dataset.")
+    parser.add_argument("prefixes", nargs="+", metavar="PREFIX", help="dataset prefixes (or their .bin/.idx)")
+    failed = 0
+    for prefix in map(_prefix, parser.parse_args(argv).prefixes):
+        try:
+            s = verify(prefix)
+        except IndexedDatasetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+        else:
+            print(
+                f"ok {prefix}: {s['documents']} documents, {s['sequences']} sequences, "
+                f"{s['tokens']} tokens, {s['dtype']}"
+            )
+    return 1 if failed else 0
+
+
+def info_main(argv: Sequence[str] | None = None) -> int:
+    """``snakepack info PREFIX``: counts and dtype as JSON."""
+    parser = argparse.ArgumentParser(description="Print a dataset's counts and dtype as JSON.")
+    parser.add_argument("prefix", metavar="PREFIX")
+    prefix = _prefix(parser.parse_args(argv).prefix)
+    sys.stdout.buffer.write(dumps_json({"prefix": prefix, **IndexedDataset(prefix).summary()}))
+    return 0
+
+
+def merge_main(argv: Sequence[str] | None = None) -> int:
+    """``snakepack merge --output OUT [--log FILE] [--list FILE] IN...``: concatenate in the given order."""
+    parser = argparse.ArgumentParser(description="Merge datasets in the given order (Megatron's add_index).")
+    parser.add_argument("--output", required=True, metavar="OUT", help="output prefix")
+    parser.add_argument("--log", metavar="FILE", help="write a JSON merge log here")
+    parser.add_argument("--list", metavar="FILE", help="read input prefixes from FILE, one a line, first")
+    parser.add_argument("inputs", nargs="*", metavar="IN", help="input prefixes, merged in this order")
     args = parser.parse_args(argv)
-    if args.command == "merge":
-        listed = [line for line in Path(args.list).read_text().splitlines() if line] if args.list else []
-        args.inputs = listed + args.inputs
-        if not args.inputs:
-            parser.error("merge: give input prefixes or --list FILE")
-
-    try:
-        if args.command == "verify":
-            failed = 0
-            for prefix in (p.removesuffix(".bin").removesuffix(".idx") for p in args.prefixes):
-                try:
-                    s = verify(prefix)
-                except IndexedDatasetError as e:
-                    print(f"error: {e}", file=sys.stderr)
-                    failed += 1
-                else:
-                    print(
-                        f"ok {prefix}: {s['documents']} documents, {s['sequences']} sequences, "
-                        f"{s['tokens']} tokens, {s['dtype']}"
-                    )
-            return 1 if failed else 0
-        if args.command == "info":
-            info = IndexedDataset(args.prefix).summary()
-            sys.stdout.buffer.write(dumps_json({"prefix": args.prefix, **info}))
-            return 0
-        fingerprints = [fingerprint(p) for p in args.inputs] if args.log else []
-        summary = merge(args.inputs, args.output)
-        if args.log:
-            for entry, fp in zip(summary["inputs"], fingerprints, strict=True):
-                entry.update(fp)
-            write_json(args.log, {"output": args.output, **summary})
-        print(
-            f"merged {len(args.inputs)} inputs into {args.output}: {summary['documents']} documents, "
-            f"{summary['sequences']} sequences, {summary['tokens']} tokens"
-        )
-        return 0
-    except (IndexedDatasetError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    listed = [line for line in Path(args.list).read_text().splitlines() if line] if args.list else []
+    inputs = listed + args.inputs
+    if not inputs:
+        parser.error("give input prefixes or --list FILE")
+    fingerprints = [fingerprint(p) for p in inputs] if args.log else []
+    summary = merge(inputs, args.output)
+    if args.log:
+        for entry, fp in zip(summary["inputs"], fingerprints, strict=True):
+            entry.update(fp)
+        write_json(args.log, {"output": args.output, **summary})
+    print(
+        f"merged {len(inputs)} inputs into {args.output}: {summary['documents']} documents, "
+        f"{summary['sequences']} sequences, {summary['tokens']} tokens"
+    )
+    return 0

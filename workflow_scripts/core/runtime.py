@@ -9,7 +9,7 @@ import sys
 def use_this_interpreter(basedir: str) -> None:
     """Put the running interpreter's bin dir first on PATH and ``basedir`` on PYTHONPATH.
 
-    Rules call ``python -m workflow_scripts.<module>``; this makes that the interpreter running Snakemake,
+    Rules call ``python -m workflow_scripts COMMAND`` (``snakepack COMMAND``); this makes that the interpreter running Snakemake,
     with this checkout's package, also inside Slurm jobs (they inherit the environment). A rule's conda
     environment, when one is used, is activated after this and comes first.
     """

@@ -43,17 +43,13 @@ def combine(stage: str, parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
     parser.add_argument("--stage", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("inputs", nargs="+", help="stats.json files, or directories holding one")
+    parser.add_argument("inputs", nargs="+", help="stats.json files or directories holding one, or @LIST")
     args = parser.parse_args(argv)
     parts = {}
     for path in args.inputs:
         file = os.path.join(path, "stats.json") if os.path.isdir(path) else path
         parts[os.path.basename(os.path.normpath(path))] = read_json(file)
     write_json(args.output, combine(args.stage, parts))
-
-
-if __name__ == "__main__":
-    main()

@@ -18,12 +18,13 @@ from typing import Any
 
 import orjson
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 
 NEOX_MAX_PATHS = 254  # GPT-NeoX BlendableDataset indexes datasets with uint8 and asserts < 255
 
 
-class MixtureError(ValueError):
+class MixtureError(UserError, ValueError):
     """A mixture that cannot be computed from the data signature."""
 
 
@@ -176,13 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         mixture = orjson.loads(args.mixture_json)
-        report = mixture_report(args.name, read_json(args.signature)["prefixes"], mixture)
-    except (MixtureError, orjson.JSONDecodeError, ValueError, KeyError) as err:
-        raise SystemExit(f"mixture {args.name}: {err}") from None
+    except orjson.JSONDecodeError as err:
+        raise MixtureError(f"--mixture-json is not JSON: {err}") from None
+    report = mixture_report(args.name, read_json(args.signature)["prefixes"], mixture)
     write_json(args.output, report)
     if report["neox"] is None:
         print(f"warning: {report['neox_error']}")
-
-
-if __name__ == "__main__":
-    main()

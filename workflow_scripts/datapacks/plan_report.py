@@ -11,9 +11,8 @@ import orjson
 import pandas as pd
 
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetError
-from workflow_scripts.datapacks.mixture import MixtureError
-from workflow_scripts.datapacks.planner import PlanError, make_plan
+from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks.planner import make_plan
 
 
 def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
@@ -148,10 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
-    try:
-        plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
-    except (PlanError, MixtureError, IndexedDatasetError) as err:
-        raise SystemExit(f"plan: {err}") from None
+    plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
     add_trainer_settings(plan, args.merged_dir)
     write_json(args.out_json, plan)
     with atomic_path(args.out_csv) as tmp:
@@ -160,7 +156,3 @@ def main(argv: list[str] | None = None) -> None:
     with atomic_path(args.out_md) as tmp:
         tmp.write_text(text)
     sys.stdout.write(text)
-
-
-if __name__ == "__main__":
-    main()

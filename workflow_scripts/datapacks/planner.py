@@ -23,13 +23,14 @@ from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.datapacks.iterations import tokens_for_iters, train_iters, wall_time_hours
 from workflow_scripts.datapacks.mixture import compute_shares
 
 MAX_EPOCHS_PER_SLICE = 100  # a source read more often than this within one pack is a configuration mistake
 
 
-class PlanError(ValueError):
+class PlanError(UserError, ValueError):
     """A datapack configuration that cannot be planned."""
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
-    IndexedDatasetError,
     verify,
     write_slice,
 )
@@ -28,7 +28,7 @@ from workflow_scripts.datapacks.planner import shuffle_permutation
 GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
 
 
-class StateMismatch(RuntimeError):
+class StateMismatch(UserError, RuntimeError):
     """The previous pack's cursor is not where the plan expects this pack to start."""
 
 
@@ -38,7 +38,7 @@ def write_shuffled(src_prefix: str, name: str, seed: int, out_prefix: str) -> di
     order = shuffle_permutation(src.num_documents, seed, name)
     first_seq = src.doc_idx[order]
     if np.any(src.doc_idx[order + 1] - first_seq != 1):
-        raise ValueError(f"{src_prefix}: shuffling needs one sequence per document")
+        raise StateMismatch(f"{src_prefix}: shuffling needs one sequence per document")
     starts, lens = src.pointers[first_seq] // src.itemsize, src.lengths[first_seq].astype(np.int64)
     with IndexedDatasetBuilder(out_prefix, src.dtype) as builder:
         a = 0
@@ -70,7 +70,7 @@ def slice_pack(
     """Write the pack's slices; return its stats (with the cursor after it under ``state``)."""
     index = next((i for i, p in enumerate(plan["packs"]) if p["name"] == pack_name), None)
     if index is None:
-        raise KeyError(f"pack {pack_name!r} is not in the plan")
+        raise StateMismatch(f"pack {pack_name!r} is not in the plan")
     pack = plan["packs"][index]
     expected = pack_start(plan, index)
     if state_in is not None:
@@ -112,10 +112,9 @@ def slice_pack(
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_slice = sub.add_parser("slice", help="cut one pack's slices")
+def slice_main(argv: list[str] | None = None) -> None:
+    """``snakepack slice``: cut one pack's slices."""
+    p_slice = argparse.ArgumentParser(description="Cut one pack's slices from the plan and the cursor state.")
     p_slice.add_argument("--plan", required=True)
     p_slice.add_argument("--pack", required=True)
     p_slice.add_argument("--state-in", help="state.json of the previous pack (none for the first pack)")
@@ -124,20 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     p_slice.add_argument("--state-out", required=True)
     p_slice.add_argument("--stats", required=True)
     p_slice.add_argument("--list", required=True, help="write the slice prefixes here, in merge order")
-    p_shuffle = sub.add_parser("shuffle", help="write a source's documents in the plan's seeded order")
-    p_shuffle.add_argument("--prefix", required=True)
-    p_shuffle.add_argument("--name", required=True)
-    p_shuffle.add_argument("--seed", type=int, required=True)
-    p_shuffle.add_argument("--output", required=True)
-    args = parser.parse_args(argv)
-    if args.command == "shuffle":
-        print(write_shuffled(args.prefix, args.name, args.seed, args.output))
-        return
+    args = p_slice.parse_args(argv)
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-    try:
-        stats = slice_pack(read_json(args.plan), args.pack, args.out_dir, args.state_in, args.sources_dir)
-    except (KeyError, StateMismatch, IndexedDatasetError, RuntimeError) as err:
-        raise SystemExit(f"slicer: {err}") from None
+    stats = slice_pack(read_json(args.plan), args.pack, args.out_dir, args.state_in, args.sources_dir)
     write_json(args.stats, {k: v for k, v in stats.items() if k != "state"})
     with atomic_path(args.list) as tmp:
         tmp.write_text("".join(s["prefix"] + "\n" for s in stats["slices"]))
@@ -145,5 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.pack}: {len(stats['slices'])} slices, {stats['tokens']} tokens (budget {stats['budget']})")
 
 
-if __name__ == "__main__":
-    main()
+def shuffle_main(argv: list[str] | None = None) -> None:
+    """``snakepack shuffle``: a source's documents in the plan's seeded order."""
+    parser = argparse.ArgumentParser(description="Write a source's documents in the plan's seeded order.")
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    print(write_shuffled(args.prefix, args.name, args.seed, args.output))

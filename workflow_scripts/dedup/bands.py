@@ -135,7 +135,3 @@ def main(argv: list[str] | None = None) -> None:
         f"dedup bands {stats['bands']}: {stats['candidates']} candidates, {stats['verified']} verified "
         f"-> {args.output}"
     )
-
-
-if __name__ == "__main__":
-    main()

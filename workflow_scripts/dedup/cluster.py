@@ -184,7 +184,3 @@ def main(argv: list[str] | None = None) -> None:
         f"dedup cluster: {info['clusters']} clusters over {info['docs_in_clusters']} documents, removed "
         f"{info['removed']}"
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -64,7 +64,3 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     n = write_exact(args.signatures, args.output, args.partition, args.partitions)
     print(f"dedup exact: {n} exact-duplicate pairs -> {args.output}")
-
-
-if __name__ == "__main__":
-    main()

@@ -103,7 +103,3 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--output must not overwrite --input")
     s = filter_shard(args.input, args.assign, args.output, args.removed, args.stats)
     print(f"dedup filter: {args.input}: {s['docs_in']} in, {s['docs_out']} kept, removed {s['removed']}")
-
-
-if __name__ == "__main__":
-    main()

@@ -21,13 +21,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workflow_scripts.dedup import settings as dedup_params
+from workflow_scripts.core import settings
 from workflow_scripts.dedup.bands import write_group
 from workflow_scripts.dedup.cluster import write_clusters
 from workflow_scripts.dedup.exact import write_exact
 from workflow_scripts.dedup.filter import filter_shard
 from workflow_scripts.dedup.report import write_report
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import stem
 from workflow_scripts.dedup.signatures import write_signatures
 from workflow_scripts.dedup.text import char_tables
@@ -44,7 +44,7 @@ def _run(
 
 
 def run(
-    inputs: list[Path], output_dir: Path, params: DedupParams, workers: int = 1, keep_work: bool = False
+    inputs: list[Path], output_dir: Path, params: DedupSettings, workers: int = 1, keep_work: bool = False
 ) -> dict[str, Any]:
     """Deduplicate ``inputs`` into ``output_dir``; return the statistics and the seconds of every step."""
     if len({stem(p.name) for p in inputs}) != len(inputs):
@@ -107,14 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-dir", required=True, type=Path)
     parser.add_argument("--workers", type=int, default=1, help="processes for the per-shard and pair steps")
     parser.add_argument("--keep-work", action="store_true", help="keep {output-dir}/_work")
-    dedup_params.add_arguments(parser)
+    settings.add_arguments(parser, DedupSettings, "dedup settings")
     args = parser.parse_args(argv)
-    params = dedup_params.from_args(args)
+    params = settings.from_args(DedupSettings, args).resolved()
     s = run(args.input, args.output_dir, params, args.workers, args.keep_work)
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in s["seconds"].items())
     counts = f"{s['docs_in']} in, {s['docs_out']} out, removed {s['removed']}"
     print(f"dedup: {counts} ({params.bands}x{params.rows} LSH; {steps}) -> {args.output_dir}")
-
-
-if __name__ == "__main__":
-    main()

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from workflow_scripts.core.fsio import read_json, write_json
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.settings import DedupSettings
 
 FIELDS = ("in", "out", "exact", "near")
 
@@ -54,7 +54,7 @@ def _row(s: dict[str, Any]) -> dict[str, int]:
     return {"in": s["docs_in"], "out": s["docs_out"], **s["removed"]}
 
 
-def s_curve(params: DedupParams) -> dict[str, float]:
+def s_curve(params: DedupSettings) -> dict[str, float]:
     """Probability that a pair of Jaccard s becomes an LSH candidate, 1 - (1 - s^r)^b."""
     return {
         f"{s / 100:.2f}": round(1 - (1 - (s / 100) ** params.rows) ** params.bands, 4)
@@ -80,7 +80,7 @@ def build(shards: list[dict[str, Any]], summary: dict[str, Any]) -> tuple[dict[s
     hist: Counter[str] = Counter()
     for f in band_files:
         hist.update(f["candidate_jaccard_histogram"])
-    params = DedupParams.from_json(summary["params"])
+    params = DedupSettings.from_json(summary["params"])
     report = {
         "params": summary["params"],
         "lsh": {"bands": params.bands, "rows": params.rows, "candidate_probability": s_curve(params)},
@@ -126,7 +126,3 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     s = write_report(args.stats, args.summary, args.output_stats, args.report)
     print(f"dedup report: {s['docs_in']} in, {s['docs_out']} out, removed {s['removed']}")
-
-
-if __name__ == "__main__":
-    main()

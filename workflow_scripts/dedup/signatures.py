@@ -23,8 +23,8 @@ import xxhash
 from datasketch import MinHash
 from datasketch.minhash import _fmix
 
-from workflow_scripts.dedup import settings as dedup_params
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.core import settings
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import write_store
 from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix64
@@ -96,7 +96,7 @@ def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:
 
 
 def sign_batch(
-    records: list[dict[str, Any]], params: DedupParams, perms: tuple[np.ndarray, np.ndarray]
+    records: list[dict[str, Any]], params: DedupSettings, perms: tuple[np.ndarray, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Per-document arrays of a batch of records: ids, scope, exact hash, band hashes, shingle CSR."""
     shingler = Shingler(
@@ -134,7 +134,7 @@ def _sorted_by_hash(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def write_signatures(
-    shard: str | os.PathLike[str], output: str | os.PathLike[str], params: DedupParams
+    shard: str | os.PathLike[str], output: str | os.PathLike[str], params: DedupSettings
 ) -> int:
     """Compute and write the signature store of ``shard``; return its number of documents.
 
@@ -172,11 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", required=True, help="input shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output", required=True, help="signature store to write")
-    dedup_params.add_arguments(parser)
+    settings.add_arguments(parser, DedupSettings, "dedup settings")
     args = parser.parse_args(argv)
-    n = write_signatures(args.input, args.output, dedup_params.from_args(args))
+    n = write_signatures(args.input, args.output, settings.from_args(DedupSettings, args).resolved())
     print(f"dedup signatures: {args.input}: {n} documents -> {args.output}")
-
-
-if __name__ == "__main__":
-    main()

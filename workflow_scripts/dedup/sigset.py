@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from workflow_scripts.dedup.settings import DedupParams
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import ROW_BITS, names_digest, stem
 from workflow_scripts.dedup.store import Store
 
@@ -59,7 +59,7 @@ class SignatureSet:
                 raise ValueError(f"{s.path}: not a signature file made with the settings of {stores[0].path}")
         self.stores = stores
         self.names = names
-        self.params = DedupParams.from_json(first)
+        self.params = DedupSettings.from_json(first)
         self.digest = names_digest(names)
 
     def _by_shard(self, keys: np.ndarray) -> Iterator[tuple[Store, np.ndarray, np.ndarray]]:

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import zstandard
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import open_binary
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
@@ -22,7 +23,7 @@ PARQUET_BATCH_ROWS = 1024
 Decoded = tuple[str, str | None, dict[str, Any]]
 
 
-class IngestError(Exception):
+class IngestError(UserError):
     """Invalid input files or options for the ingest stage."""
 
 
@@ -42,7 +43,7 @@ def _compression(name: str) -> str:
 def resolve_format(path: str, fmt: str | None = None) -> str:
     """The format of ``path``: ``fmt`` if given (its compression must match the name), else by extension."""
     name = os.path.basename(path)
-    if fmt is None:
+    if fmt in (None, "auto"):
         fmt = next((f for f in FORMATS if name.endswith("." + f)), None)
         if fmt is None:
             raise IngestError(f"{path}: cannot infer the format from the name (known: {', '.join(FORMATS)})")

@@ -237,7 +237,3 @@ def main(argv: list[str] | None = None) -> None:
     manifest = generate(args.output_dir, args.seed, args.scale)
     total = sum(f["docs"] for f in manifest["files"])
     print(f"sample: {len(manifest['files'])} files, {total} documents in {args.output_dir}")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workflow_scripts.ingest.shards --input FILE... --output-dir D --shard-size BYTES
+    snakepack ingest --input FILE... --output-dir D --shard-size BYTES
         (--lang L --domain X --subdomain Y | --name-regex R) [--format F] [--text-key K ...] [--id-key K]
         [--min-chars N] [--min-words N] [--no-nfc] [--compress zst] [--strict]
 
@@ -48,9 +48,10 @@ from typing import IO, Any
 
 import orjson
 
+from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.core.settings import setting
 from workflow_scripts.ingest.readers import (
-    FORMATS,
     IngestError,
     Reject,
     iter_units,
@@ -70,7 +71,7 @@ __all__ = [
     "parse_name",
 ]
 
-GROUP_FIELDS = ("lang", "domain", "subdomain")
+GROUP_FIELDS = naming.GROUP_FIELDS
 REJECT_REASONS = (
     "blank_line",
     "malformed_json",
@@ -85,8 +86,6 @@ REJECT_REASONS = (
 QUARANTINE_NAME = "quarantine.jsonl"
 STATS_NAME = "stats.json"
 RAW_PREVIEW_BYTES = 1000
-_GROUP_VALUE = re.compile(r"[a-z0-9]+")  # as the rules' {group} wildcard constraint
-_SHARD_TAIL = r"_split_\d{4,}\.jsonl(?:\.zst)?"
 _LINE = orjson.OPT_APPEND_NEWLINE
 
 
@@ -100,21 +99,24 @@ class RejectedRecordError(IngestError):
 
 @dataclasses.dataclass(frozen=True)
 class IngestOptions:
-    """Options of one ingest run; give ``lang``/``domain``/``subdomain`` or ``name_regex``."""
+    """Options of one ingest run: the stage's settings (``ingest``) and the source's (``sources``).
 
-    shard_size: int
-    lang: str | None = None
-    domain: str | None = None
-    subdomain: str | None = None
-    name_regex: str | None = None
-    fmt: str | None = None
-    text_keys: tuple[str, ...] = ("text",)
-    id_key: str | None = "id"
-    min_chars: int = 0
-    min_words: int = 0
-    nfc: bool = True
-    compress: str | None = None
-    strict: bool = False
+    Give ``lang``/``domain``/``subdomain`` or ``name_regex``.
+    """
+
+    shard_size: int = setting("ingest", "shard_size")
+    compress: bool = setting("ingest", "compress")
+    nfc: bool = setting("ingest", "nfc")
+    min_chars: int = setting("ingest", "min_chars")
+    min_words: int = setting("ingest", "min_words")
+    strict: bool = setting("ingest", "strict")
+    format: str = setting("sources.items", "format")
+    text_key: tuple[str, ...] = setting("sources.items", "text_key")
+    id_key: str = setting("sources.items", "id_key")
+    name_regex: str | None = setting("sources.items", "name_regex")
+    lang: str | None = setting("sources.items", "lang")
+    domain: str | None = setting("sources.items", "domain")
+    subdomain: str | None = setting("sources.items", "subdomain")
 
     def __post_init__(self) -> None:
         given = [v is not None for v in (self.lang, self.domain, self.subdomain)]
@@ -124,17 +126,15 @@ class IngestOptions:
             raise IngestError("--name-regex excludes --lang/--domain/--subdomain")
         if self.shard_size <= 0 or self.min_chars < 0 or self.min_words < 0:
             raise IngestError("shard_size must be > 0, min_chars and min_words >= 0")
-        if not self.text_keys:
+        if not self.text_key:
             raise IngestError("at least one text key is needed")
-        if self.compress not in (None, "zst"):
-            raise IngestError(f"unknown compression {self.compress!r} (known: zst)")
 
 
 def _check_group(values: Sequence[str | None], where: str) -> tuple[str, str, str]:
-    for field, value in zip(GROUP_FIELDS, values, strict=True):
-        if value is None or not _GROUP_VALUE.fullmatch(value):
-            raise IngestError(f"{where}: {field} {value!r} must match {_GROUP_VALUE.pattern}")
-    return tuple(values)  # type: ignore[return-value]
+    try:
+        return tuple(naming.check_part(f, v, where) for f, v in zip(GROUP_FIELDS, values, strict=True))
+    except naming.BadName as err:
+        raise IngestError(str(err)) from None
 
 
 def _compile_name_regex(name_regex: str) -> re.Pattern[str]:
@@ -231,7 +231,7 @@ class _ShardWriter:
 
     def _next_shard(self) -> None:
         self.finish()
-        name = f"{self._prefix}_split_{len(self.shards):04d}{self._suffix}"
+        name = naming.shard_name(self._prefix, len(self.shards)) + self._suffix
         self.shards.append({"name": name, "docs": 0, "bytes": 0})
         self._fh = _open_on_stack(self._stack, self._dir / name)
         self._docs = self._bytes = 0
@@ -269,7 +269,7 @@ def _ingest_file(
     """Stream one input into ``writer``/``quarantine``; returns its entry of ``stats["inputs"]``."""
     source = os.path.basename(path)
     lang, domain, subdomain = group
-    decode = make_decoder(fmt, opts.text_keys, opts.id_key)
+    decode = make_decoder(fmt, opts.text_key, opts.id_key)
     docs_in = docs_out = 0
     for line, raw in iter_units(path, fmt):
         docs_in += 1
@@ -299,7 +299,7 @@ def _ingest_file(
 
 
 def _remove_stale_shards(out_dir: Path, prefix: str, keep: set[str]) -> None:
-    pattern = re.compile(re.escape(prefix) + _SHARD_TAIL)
+    pattern = naming.shard_file_pattern(prefix)
     for path in out_dir.iterdir():
         if pattern.fullmatch(path.name) and path.name not in keep:
             path.unlink()
@@ -319,13 +319,13 @@ def ingest(
     duplicates = sorted(n for n, count in names.items() if count > 1)
     if duplicates:
         raise IngestError(f"input file names must be unique (ids use them): {', '.join(duplicates)}")
-    formats = [resolve_format(p, opts.fmt) for p in paths]
+    formats = [resolve_format(p, opts.format) for p in paths]
     group = _resolve_group(paths, opts)
-    prefix = "_".join(group)
+    prefix = naming.group_name(*group)
     out = Path(output_dir)
     rejected = dict.fromkeys(REJECT_REASONS, 0)
     with ExitStack() as stack:
-        suffix = ".jsonl.zst" if opts.compress else ".jsonl"
+        suffix = naming.shard_suffix(opts.compress)
         writer = _ShardWriter(stack, out, prefix, opts.shard_size, suffix)
         quarantine = _open_on_stack(stack, out / QUARANTINE_NAME)
         inputs_stats = [
@@ -352,43 +352,21 @@ def ingest(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI argument parser."""
-    p = argparse.ArgumentParser(prog="python -m workflow_scripts.ingest.shards", description=__doc__.splitlines()[0])
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE", help="raw files of one group")
-    p.add_argument("--output-dir", required=True, type=Path, help="shards, stats.json, quarantine.jsonl")
-    p.add_argument("--shard-size", required=True, type=int, metavar="BYTES", help="uncompressed target size")
-    p.add_argument("--lang")
-    p.add_argument("--domain")
-    p.add_argument("--subdomain")
-    p.add_argument("--name-regex", help="re.search on file names with named groups lang, domain, subdomain")
-    p.add_argument("--format", dest="fmt", choices=FORMATS, help="default: from the file extension")
+    """The CLI argument parser: inputs and output, then one option per setting."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
     p.add_argument(
-        "--text-key",
-        dest="text_keys",
-        action="extend",
-        nargs="+",
-        metavar="K",
-        help="text key(s), default text",
+        "--input", nargs="+", required=True, metavar="FILE", help="raw files of one group, or @LIST"
     )
-    p.add_argument("--id-key", default="id", help="vendor id key (default: id; '' ignores vendor ids)")
-    p.add_argument("--min-chars", type=int, default=0)
-    p.add_argument("--min-words", type=int, default=0)
-    p.add_argument("--no-nfc", dest="nfc", action="store_false", help="skip NFC normalization")
-    p.add_argument("--compress", choices=["zst"], help="write .jsonl.zst shards")
-    p.add_argument("--strict", action="store_true", help="fail on the first rejected record")
+    p.add_argument("--output-dir", required=True, type=Path, help="shards, stats.json, quarantine.jsonl")
+    settings.add_arguments(p, IngestOptions, "ingest and source settings")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
-    args = vars(build_parser().parse_args(argv))
-    inputs, output_dir = args.pop("input"), args.pop("output_dir")
-    args["text_keys"] = tuple(args["text_keys"] or ("text",))
-    try:
-        stats = ingest(inputs, output_dir, IngestOptions(**args))
-    except IngestError as exc:
-        print(f"ingest: error: {exc}", file=sys.stderr)
-        return 1
+    args = build_parser().parse_args(argv)
+    output_dir = args.output_dir
+    stats = ingest(args.input, output_dir, settings.from_args(IngestOptions, args))
     rejected = sum(stats["rejected"].values())
     print(
         f"ingest {stats['group']}: {stats['files']} files, {stats['docs_in']} docs in,"
@@ -396,7 +374,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,10 +7,12 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from workflow_scripts.ingest.shards import group_files
+from workflow_scripts.core import naming, settings
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.ingest.shards import IngestOptions, group_files
 
 
-class SourceError(ValueError):
+class SourceError(UserError, ValueError):
     """A source configuration that cannot be resolved into groups."""
 
 
@@ -24,23 +26,10 @@ class Group:
     args: str
 
 
-def source_args(source: dict[str, Any], ingest: dict[str, Any]) -> str:
-    """The ingest CLI options for one source (the group's files and output dir are added by the rule)."""
-    args = ["--shard-size", str(ingest["shard_size"]), "--id-key", source["id_key"]]
-    if source.get("format", "auto") != "auto":
-        args += ["--format", source["format"]]
-    args += ["--text-key", *source["text_key"]]
-    if ingest["min_chars"]:
-        args += ["--min-chars", str(ingest["min_chars"])]
-    if ingest["min_words"]:
-        args += ["--min-words", str(ingest["min_words"])]
-    if not ingest["nfc"]:
-        args.append("--no-nfc")
-    if ingest["compress"]:
-        args += ["--compress", "zst"]
-    if ingest["strict"]:
-        args.append("--strict")
-    return shlex.join(args)
+def group_options(source: dict[str, Any], ingest: dict[str, Any], group: str) -> IngestOptions:
+    """The ingest settings of one group: the stage's, the source's reading options, the group's name parts."""
+    reading = {k: source[k] for k in ("format", "text_key", "id_key") if k in source}
+    return settings.from_config(IngestOptions, {**ingest, **reading, **naming.parse_group(group)})
 
 
 def resolve_groups(sources: list[dict[str, Any]], ingest: dict[str, Any]) -> dict[str, Group]:
@@ -58,15 +47,13 @@ def resolve_groups(sources: list[dict[str, Any]], ingest: dict[str, Any]) -> dic
             missing = [k for k in ("lang", "domain", "subdomain") if not source.get(k)]
             if missing:
                 raise SourceError(f"source {source['name']}: give name_regex, or {', '.join(missing)}")
-            by_group = {f"{source['lang']}_{source['domain']}_{source['subdomain']}": files}
-        base = source_args(source, ingest)
+            by_group = {naming.group_name(source["lang"], source["domain"], source["subdomain"]): files}
         for name, paths in by_group.items():
             if name in groups:
                 raise SourceError(
                     f"group {name} comes from sources {groups[name].source} and {source['name']}: "
                     "give one of them another subdomain"
                 )
-            lang, domain, subdomain = name.split("_")
-            extra = shlex.join(["--lang", lang, "--domain", domain, "--subdomain", subdomain])
-            groups[name] = Group(name, source["name"], tuple(paths), f"{base} {extra}")
+            args = shlex.join(settings.to_args(group_options(source, ingest, name)))
+            groups[name] = Group(name, source["name"], tuple(paths), args)
     return groups

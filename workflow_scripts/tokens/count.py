@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m workflow_scripts.tokens.count --prefixes P1 P2 ... --links-dir D --signature OUT.json
+    snakepack count --prefixes P1 P2 ... --links-dir D --signature OUT.json
 
 Each ``P`` is a tokenized prefix named ``{lang}_{domain}_{subdomain}_split_{NNNN}_{key}_document`` (the
 tokenize stage's output). Its counts come from the index alone (the file is fully verified, which reads
@@ -25,45 +25,35 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.core import naming
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDatasetError, verify
+from workflow_scripts.core.indexed_dataset import verify
 
-NAME_RE = re.compile(
-    r"^(?P<lang>[A-Za-z0-9-]+)_(?P<domain>[A-Za-z0-9-]+)_(?P<subdomain>[A-Za-z0-9-]+)"
-    r"_split_(?P<split>\d+)_(?P<key>[A-Za-z0-9]+)_document$"
-)
+NAME_FIELDS = ("lang", "domain", "subdomain", "split", "key")
+
+
+class CountError(UserError, ValueError):
+    """Tokenized prefixes that cannot be counted and linked."""
 
 
 def parse_name(prefix: str) -> dict[str, str]:
     """``lang``, ``domain``, ``subdomain``, ``split`` and ``key`` of a tokenized prefix's file name."""
-    name = os.path.basename(prefix)
-    match = NAME_RE.match(name)
-    if match is None:
-        raise ValueError(
-            f"{prefix}: name {name!r} does not match "
-            "{lang}_{domain}_{subdomain}_split_{NNNN}_{key}_document"
-        )
-    return match.groupdict()
-
-
-def counted_name(name: str, documents: int, sequences: int, tokens: int) -> str:
-    """Seed 001's name: ``{name}_dc={documents}_sc={sequences}_tc={tokens}``."""
-    return f"{name}_dc={documents}_sc={sequences}_tc={tokens}"
+    fields = naming.parse_prefix(prefix)
+    return {k: fields[k] for k in NAME_FIELDS}
 
 
 def count_prefix(prefix: str) -> dict[str, Any]:
     """Verify ``prefix`` and return its name fields and counts."""
     fields = parse_name(prefix)
     summary = verify(prefix)
-    name = counted_name(
+    name = naming.counted_name(
         os.path.basename(prefix), summary["documents"], summary["sequences"], summary["tokens"]
     )
     return {"name": name, "source": prefix, **fields, **summary}
@@ -83,7 +73,7 @@ def make_links(entries: Sequence[dict[str, Any]], links_dir: str) -> None:
     """
     final = Path(links_dir)
     if final.is_dir() and not all(p.is_symlink() for p in final.iterdir()):
-        raise ValueError(f"{final}: holds files that are not links; refusing to replace it")
+        raise CountError(f"{final}: holds files that are not links; refusing to replace it")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")
     old = final.with_name(f".old{os.getpid()}.{final.name}")
@@ -108,7 +98,7 @@ def build_signature(prefixes: Sequence[str], links_dir: str) -> dict[str, Any]:
         n for n, k in Counter(os.path.basename(e["source"]) for e in entries).items() if k > 1
     )
     if duplicates:
-        raise ValueError(f"two tokenized prefixes share a name: {duplicates}")
+        raise CountError(f"two tokenized prefixes share a name: {duplicates}")
     for e in entries:
         e["prefix"] = os.path.join(links_dir, e["name"])
     totals = {k: sum(e[k] for e in entries) for k in ("documents", "sequences", "tokens")}
@@ -116,27 +106,17 @@ def build_signature(prefixes: Sequence[str], links_dir: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.tokens.count", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--prefixes", nargs="+", required=True, help="tokenized prefixes (no .bin/.idx)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], fromfile_prefix_chars="@")
+    parser.add_argument("--prefixes", nargs="+", required=True, help="tokenized prefixes, or @LIST")
     parser.add_argument("--links-dir", required=True, help="directory of the count-named links (rebuilt)")
     parser.add_argument("--signature", required=True, help="data signature JSON to write")
     args = parser.parse_args(argv)
-    try:
-        signature = build_signature(args.prefixes, args.links_dir)
-        make_links(signature["prefixes"], args.links_dir)
-        write_json(args.signature, signature)
-    except (IndexedDatasetError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    signature = build_signature(args.prefixes, args.links_dir)
+    make_links(signature["prefixes"], args.links_dir)
+    write_json(args.signature, signature)
     t = signature["totals"]
     print(
         f"counted {t['prefixes']} prefixes: {t['documents']} documents, {t['sequences']} sequences, "
         f"{t['tokens']} tokens -> {args.signature}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,13 +1,11 @@
 """TOKENIZE stage: one jsonl shard -> Megatron ``{prefix}_{key}_document.bin/.idx`` with SentencePiece.
 
-Run it as a module only (``python -m workflow_scripts.tokens.encode``): run as a script path, this file would
-shadow the standard library's ``tokenize``. Argument names follow Megatron-LM ``tools/preprocess_data.py``
-where they overlap::
+Argument names follow Megatron-LM ``tools/preprocess_data.py`` where they overlap; the other options are
+the ``tokenize`` settings of config/schema.yaml (with its defaults)::
 
-    python -m workflow_scripts.tokens.encode --input SHARD.jsonl[.zst|.gz] --output-prefix P \\
-        --tokenizer-model M.model [--json-keys text] [--append-eod [--eod-piece '<|endoftext|>']] \\
-        [--prepend-bos [--bos-piece '<s>']] [--min-tokens N] [--sft] \\
-        [--sft-marker '<<<|user|>>>=<|user|>' ...] [--workers N] [--batch-mb 4]
+    snakepack tokenize --input SHARD.jsonl[.zst|.gz] --output-prefix P --tokenizer-model M.model \\
+        [--json-keys text] [--append-eod [--eod-piece '<|endoftext|>']] [--prepend-bos [--bos-piece '<s>']] \\
+        [--min-tokens N] [--mode sft] [--sft-markers '<<<|user|>>>=<|user|>' ...] [--workers N] [--batch-mb 4]
 
 Outputs, all next to each other (D = ``P_text_document``): ``D.bin`` and ``D.idx`` (one sequence per
 document: [BOS] tokens [EOD]), ``D.quarantine.jsonl`` (one line per rejected record: ``line``, ``id``,
@@ -51,8 +49,11 @@ import numpy as np
 import orjson
 import sentencepiece as spm
 
+from workflow_scripts.core import settings
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
-from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, IndexedDatasetError, best_dtype
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
+from workflow_scripts.core.settings import setting
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 REASONS = (
@@ -63,13 +64,11 @@ REASONS = (
     "no_sft_marker",
     "too_few_tokens",
 )
-DEFAULT_EOD_PIECE = "<|endoftext|>"
-DEFAULT_BOS_PIECE = "<s>"
 
 T = TypeVar("T")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """A tokenizer model or token specification that cannot be used."""
 
 
@@ -436,70 +435,56 @@ def _sha256(path: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+@dataclass(frozen=True)
+class TokenizeOptions:
+    """The tokenize stage's settings (config ``tokenize``)."""
+
+    mode: str = setting("tokenize", "mode")
+    append_eod: bool = setting("tokenize", "append_eod")
+    eod_piece: str = setting("tokenize", "eod_piece")
+    prepend_bos: bool = setting("tokenize", "prepend_bos")
+    bos_piece: str = setting("tokenize", "bos_piece")
+    min_tokens: int = setting("tokenize", "min_tokens")
+    sft_markers: dict[str, str] = setting("tokenize", "sft_markers")
+    threads: int = setting("tokenize", "threads", flags=("--workers",))
+    batch_mb: float = setting("tokenize", "batch_mb")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.tokens.encode", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="jsonl shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")
     parser.add_argument("--tokenizer-model", required=True, help="SentencePiece .model file")
     parser.add_argument("--json-keys", nargs="+", default=["text"], help="the text field (exactly one)")
-    parser.add_argument("--append-eod", action="store_true", help="append the EOD token to every document")
-    parser.add_argument(
-        "--eod-piece", default=DEFAULT_EOD_PIECE, help="EOD piece or id:N (default %(default)s)"
-    )
-    parser.add_argument("--prepend-bos", action="store_true", help="prepend the BOS token to every document")
-    parser.add_argument(
-        "--bos-piece", default=DEFAULT_BOS_PIECE, help="BOS piece or id:N (default %(default)s)"
-    )
-    parser.add_argument(
-        "--min-tokens", type=int, default=0, help="reject documents with fewer tokens (BOS/EOD not counted)"
-    )
-    parser.add_argument("--sft", action="store_true", help="SFT mode: markers become control tokens")
-    parser.add_argument(
-        "--sft-marker",
-        action="append",
-        default=[],
-        metavar="MARKER=TOKEN",
-        help="e.g. '<<<|user|>>>=<|user|>' or '<<<|user|>>>=id:7' (repeat; also needed in pretraining mode, "
-        "where documents containing a marker are rejected)",
-    )
-    parser.add_argument("--workers", type=int, default=1, help="SentencePiece encoding threads")
-    parser.add_argument("--batch-mb", type=float, default=4.0, help="MB of text per encoding batch")
+    settings.add_arguments(parser, TokenizeOptions, "tokenize settings")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    opts = settings.from_args(TokenizeOptions, args)
     if len(args.json_keys) != 1:
-        build_parser().error("exactly one --json-keys value is supported (one output per run)")
-    if args.workers < 1 or args.batch_mb <= 0:
-        build_parser().error("--workers must be >= 1 and --batch-mb > 0")
-    try:
-        tokenizer = Tokenizer(args.tokenizer_model)
-        settings = resolve_settings(
-            tokenizer,
-            json_key=args.json_keys[0],
-            eod=args.eod_piece if args.append_eod else None,
-            bos=args.bos_piece if args.prepend_bos else None,
-            min_tokens=args.min_tokens,
-            sft=args.sft,
-            sft_markers=args.sft_marker,
-        )
-        tokenize_file(
-            args.input,
-            args.output_prefix,
-            tokenizer,
-            settings,
-            workers=args.workers,
-            batch_bytes=int(args.batch_mb * (1 << 20)),
-            progress=True,
-        )
-    except (TokenizerError, IndexedDatasetError, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        parser.error("exactly one --json-keys value is supported (one output per run)")
+    if opts.threads < 1 or opts.batch_mb <= 0:
+        parser.error("--threads must be >= 1 and --batch-mb > 0")
+    tokenizer = Tokenizer(args.tokenizer_model)
+    resolved = resolve_settings(
+        tokenizer,
+        json_key=args.json_keys[0],
+        eod=opts.eod_piece if opts.append_eod else None,
+        bos=opts.bos_piece if opts.prepend_bos else None,
+        min_tokens=opts.min_tokens,
+        sft=opts.mode == "sft",
+        sft_markers=[f"{marker}={token}" for marker, token in opts.sft_markers.items()],
+    )
+    tokenize_file(
+        args.input,
+        args.output_prefix,
+        tokenizer,
+        resolved,
+        workers=opts.threads,
+        batch_bytes=int(opts.batch_mb * (1 << 20)),
+        progress=True,
+    )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,8 @@
 """Inspect a tokenized dataset: documents as text, pieces and ids; per-document token counts (seed 003).
 
-Run it as a module only (``python -m workflow_scripts.tokens.inspection``): run as a script path, this file would
-shadow the standard library's ``inspect``. Usage::
+Usage::
 
-    python -m workflow_scripts.tokens.inspection PREFIX [--tokenizer-model M.model] [-n 100] [--counts-out FILE]
+    snakepack inspect PREFIX [--tokenizer-model M.model] [-n 100] [--counts-out FILE]
 
 ``PREFIX`` may also be given as ``PREFIX.bin`` or ``PREFIX.idx``. Prints the first ``-n`` documents (ids
 only without a model; text and pieces too with one; control tokens such as EOD or SFT markers are shown as
@@ -22,8 +21,8 @@ import numpy as np
 import sentencepiece as spm
 
 from workflow_scripts.core.fsio import atomic_path
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetError
-from workflow_scripts.tokens.encode import Tokenizer, TokenizerError
+from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.tokens.encode import Tokenizer
 
 
 def strip_suffix(prefix: str) -> str:
@@ -80,25 +79,15 @@ def write_counts(ds: IndexedDataset, path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.tokens.inspection", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prefix", metavar="PREFIX", help="dataset prefix (or its .bin / .idx)")
     parser.add_argument("--tokenizer-model", help="SentencePiece model, to show text and pieces")
     parser.add_argument("-n", type=int, default=100, help="documents to show (default %(default)s; 0: none)")
     parser.add_argument("--counts-out", metavar="FILE", help="write per-document token counts here")
     args = parser.parse_args(argv)
-    try:
-        ds = IndexedDataset(strip_suffix(args.prefix))
-        sp = Tokenizer(args.tokenizer_model).sp if args.tokenizer_model else None
-        if args.counts_out:
-            write_counts(ds, args.counts_out)
-        show(ds, args.n, sp, sys.stdout)
-    except (IndexedDatasetError, TokenizerError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    ds = IndexedDataset(strip_suffix(args.prefix))
+    sp = Tokenizer(args.tokenizer_model).sp if args.tokenizer_model else None
+    if args.counts_out:
+        write_counts(ds, args.counts_out)
+    show(ds, args.n, sp, sys.stdout)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

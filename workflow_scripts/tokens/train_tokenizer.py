@@ -2,9 +2,9 @@
 
 Usage::
 
-    python -m workflow_scripts.tokens.train_tokenizer SHARD.jsonl[.zst|.gz] ... --model-prefix P \\
+    snakepack train-tokenizer SHARD.jsonl[.zst|.gz] ... --model-prefix P \\
         [--vocab-size 32000] [--model-type bpe|unigram] [--max-sentences 2000000] [--seed 1234] \\
-        [--character-coverage 0.9995] [--control-symbols '<|endoftext|>,<|user|>,<|assistant|>'] \\
+        [--character-coverage 0.9995] [--control-symbols '<|endoftext|>' '<|user|>' '<|assistant|>'] \\
         [--user-defined-symbols ''] [--threads 1] [--spm-option KEY=VALUE ...]
 
 writes ``P.model`` and ``P.vocab`` (``piece<TAB>score`` per line) atomically.
@@ -28,16 +28,17 @@ import argparse
 import io
 import os
 import random
-import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import sentencepiece as spm
 
+from workflow_scripts.core import settings
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary
-
-DEFAULT_CONTROL_SYMBOLS = "<|endoftext|>,<|user|>,<|assistant|>"
+from workflow_scripts.core.settings import setting
 
 
 def iter_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
@@ -114,7 +115,7 @@ def trainer_options(
 def train(sentences: Sequence[str], model_prefix: str, options: dict[str, Any]) -> spm.SentencePieceProcessor:
     """Train on ``sentences``; write ``model_prefix.model`` and ``.vocab`` atomically; return the model."""
     if not sentences:
-        raise ValueError("no training text: the inputs hold no non-blank text lines")
+        raise UserError("no training text: the inputs hold no non-blank text lines")
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=model, **options)
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
@@ -125,8 +126,16 @@ def train(sentences: Sequence[str], model_prefix: str, options: dict[str, Any]) 
     return sp
 
 
-def _symbols(value: str) -> list[str]:
-    return [s for s in value.split(",") if s]
+@dataclass(frozen=True)
+class TokenizerOptions:
+    """Settings of a trained tokenizer (config ``tokenizer``) and the seed of its line sample."""
+
+    vocab_size: int = setting("tokenizer", "vocab_size")
+    model_type: str = setting("tokenizer", "model_type")
+    max_sentences: int = setting("tokenizer", "max_sentences", flags=("--input-sentence-size",))
+    character_coverage: float = setting("tokenizer", "character_coverage")
+    control_symbols: tuple[str, ...] = setting("tokenizer", "control_symbols")
+    seed: int = setting("", "seed")
 
 
 def _key_value(spec: str) -> tuple[str, str]:
@@ -137,27 +146,17 @@ def _key_value(spec: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflow_scripts.tokens.train_tokenizer", description=__doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], fromfile_prefix_chars="@")
+    parser.add_argument(
+        "inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst) or @LIST"
     )
-    parser.add_argument("inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst)")
     parser.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
-    parser.add_argument("--vocab-size", type=int, default=32000)
-    parser.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
-    parser.add_argument(
-        "--max-sentences", "--input-sentence-size", type=int, default=2_000_000, help="lines sampled"
-    )
-    parser.add_argument("--seed", type=int, default=1234, help="seed of the line sample")
-    parser.add_argument("--character-coverage", type=float, default=0.9995)
-    parser.add_argument(
-        "--control-symbols",
-        type=_symbols,
-        default=_symbols(DEFAULT_CONTROL_SYMBOLS),
-        help="comma-separated (default %(default)s); '' for none",
-    )
-    parser.add_argument("--user-defined-symbols", type=_symbols, default=[], help="comma-separated")
+    settings.add_arguments(parser, TokenizerOptions, "tokenizer settings")
+    parser.add_argument("--user-defined-symbols", nargs="*", default=[], help="pieces kept whole in text")
     parser.add_argument("--json-key", default="text")
-    parser.add_argument("--threads", type=int, default=1, help="SentencePiece trainer threads")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="trainer threads (stored in the model; 1 is reproducible)"
+    )
     parser.add_argument(
         "--spm-option",
         type=_key_value,
@@ -171,30 +170,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    opts = settings.from_args(TokenizerOptions, args)
     paths = sorted(os.fspath(p) for p in args.inputs)
-    try:
-        sentences, seen = sample_lines(iter_texts(paths, args.json_key), args.max_sentences, args.seed)
-        options = trainer_options(
-            vocab_size=args.vocab_size,
-            model_type=args.model_type,
-            character_coverage=args.character_coverage,
-            control_symbols=args.control_symbols,
-            user_defined_symbols=args.user_defined_symbols,
-            threads=args.threads,
-            extra=dict(args.spm_option),
-        )
-        sp = train(sentences, args.model_prefix, options)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    sentences, seen = sample_lines(iter_texts(paths, args.json_key), opts.max_sentences, opts.seed)
+    options = trainer_options(
+        vocab_size=opts.vocab_size,
+        model_type=opts.model_type,
+        character_coverage=opts.character_coverage,
+        control_symbols=list(opts.control_symbols),
+        user_defined_symbols=args.user_defined_symbols,
+        threads=args.threads,
+        extra=dict(args.spm_option),
+    )
+    sp = train(sentences, args.model_prefix, options)
     nbytes = sum(len(s.encode()) for s in sentences)
     print(
-        f"trained {args.model_type} tokenizer {args.model_prefix}.model: vocab {sp.vocab_size()} "
-        f"(asked {args.vocab_size}) on {len(sentences)} of {seen} lines ({nbytes / 1e6:.1f} MB) "
-        f"from {len(paths)} files, seed {args.seed}"
+        f"trained {opts.model_type} tokenizer {args.model_prefix}.model: vocab {sp.vocab_size()} "
+        f"(asked {opts.vocab_size}) on {len(sentences)} of {seen} lines ({nbytes / 1e6:.1f} MB) "
+        f"from {len(paths)} files, seed {opts.seed}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

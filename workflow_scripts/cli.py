@@ -1,0 +1,79 @@
+"""``snakepack``: one command with a subcommand per tool (the workflow's rules call the same commands).
+
+Each subcommand is a stage module's ``main``; it is imported only when run, so ``snakepack --help`` is quick.
+User errors print ``snakepack SUBCOMMAND: error: ...`` and exit 2; anything else keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from workflow_scripts.core.cli import run
+
+
+class Command(NamedTuple):
+    module: str
+    function: str
+    help: str
+
+
+def _c(module: str, help: str, function: str = "main") -> Command:
+    return Command(f"workflow_scripts.{module}", function, help)
+
+
+COMMANDS: dict[str, Command] = {
+    "sample": _c("ingest.sample", "write the embedded sample delivery (raw files and manifest)"),
+    "ingest": _c("ingest.shards", "raw files of one group -> uniform jsonl shards, quarantine, stats"),
+    "dedup": _c("dedup.local", "every dedup step locally over a set of shards (standalone)"),
+    "dedup-signatures": _c("dedup.signatures", "dedup step 1: MinHash signatures of one shard"),
+    "dedup-exact": _c("dedup.exact", "dedup step 2: exact-duplicate pairs of one hash partition"),
+    "dedup-bands": _c("dedup.bands", "dedup step 2: LSH candidate pairs of one band group and partition"),
+    "dedup-cluster": _c("dedup.cluster", "dedup step 3: clusters of all pairs, one assignment per shard"),
+    "dedup-filter": _c("dedup.filter", "dedup step 4: one shard's kept and removed documents"),
+    "dedup-report": _c("dedup.report", "dedup step 5: the stage's stats.json and report.json"),
+    "train-tokenizer": _c("tokens.train_tokenizer", "train a SentencePiece model on shards"),
+    "tokenize": _c("tokens.encode", "one shard -> Megatron {prefix}_text_document.bin/.idx"),
+    "inspect": _c("tokens.inspection", "show tokenized documents as text, pieces and ids"),
+    "count": _c("tokens.count", "count-named links (_dc=_sc=_tc=) and the data signature"),
+    "stats": _c("core.stage_stats", "a stage's stats.json from its jobs' stats (checked to add up)"),
+    "mixture": _c("datapacks.mixture", "a named mixture -> sampling probabilities and trainer paths"),
+    "plan": _c("datapacks.plan_report", "the datapack plan: plan.json, plan.csv, plan.md"),
+    "shuffle": _c("datapacks.slicer", "a seeded shuffled copy of a tokenized source", "shuffle_main"),
+    "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
+    "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
+    "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
+    "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: it lists the subcommands; each parses its own options."""
+    parser = argparse.ArgumentParser(
+        prog="snakepack",
+        description="Raw text shards -> training-ready LLM datapacks. `snakepack COMMAND --help` for each.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        sub.add_parser(name, help=command.help, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``snakepack COMMAND ARGS...``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        build_parser().parse_args(args)  # prints the usage or the error, and exits
+    name, rest = args[0], args[1:]
+    command = COMMANDS[name]
+    prog = f"snakepack {name}"
+    sys.argv[0] = prog  # argparse's default prog in the stage's parser
+    entry = getattr(importlib.import_module(command.module), command.function)
+    return run(prog, entry, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
