@@ -28,6 +28,7 @@ import numpy as np
 
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path, merge, verify
 from workflow_scripts.datapacks.planner import make_plan
+from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import slice_pack
 
 LANGS = ["en", "de", "fr", "ru", "zh", "ja"]
@@ -80,7 +81,7 @@ def main() -> None:
             "mixtures": {"m": {}},
         }
         t = time.perf_counter()
-        plan = make_plan(config, signature, lambda p: IndexedDataset(p).lengths)
+        plan = make_plan(PlanSettings.from_config(config), signature, lambda p: IndexedDataset(p).lengths)
         plan_s = time.perf_counter() - t
         pack = plan["packs"][0]
         pack_bytes = pack["tokens"] * dtype.itemsize

@@ -5,8 +5,14 @@ import pytest
 
 from workflow_scripts.datapacks.iterations import neox_samples, tokens_for_iters, train_iters
 from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
+from workflow_scripts.datapacks.settings import Phase, PlanSettings, TrainingSettings
 
 SEED000 = {"seq_length": 8192, "global_batch_size": 576, "epoch_rule": "neox"}
+
+
+def plan_of(config: dict, signature: list, lengths) -> dict:
+    """The plan of a config given as a dict (as in config.yaml)."""
+    return make_plan(PlanSettings.from_config(config), signature, lengths)
 
 
 def signature(sizes: dict[str, int], doc_tokens: int) -> tuple[list[dict], dict[str, np.ndarray]]:
@@ -39,7 +45,7 @@ def test_seed000_numbers() -> None:
         training=SEED000,
         max_iters_per_pack=35000,
     )
-    plan = make_plan(cfg, sig, lengths.__getitem__)
+    plan = plan_of(cfg, sig, lengths.__getitem__)
     assert plan["tokens_per_iter"] == 4_718_592
     assert plan["max_tokens_per_pack"] == 165_150_720_000
     warmup, *u1 = plan["packs"]
@@ -61,11 +67,11 @@ def test_seed000_numbers() -> None:
 
 def test_cooldown_fraction_is_carved_from_the_phase_before() -> None:
     budgets = phase_budgets(
-        SEED000, [{"name": "U3", "tokens": 1000}, {"name": "cd", "fraction": 0.2}], 10**12
+        TrainingSettings(**SEED000), [Phase(name="U3", tokens=1000), Phase(name="cd", fraction=0.2)], 10**12
     )
     assert budgets == [800, 200]
     with pytest.raises(PlanError):
-        phase_budgets(SEED000, [{"name": "cd", "fraction": 0.2}], 10**12)
+        phase_budgets(TrainingSettings(**SEED000), [Phase(name="cd", fraction=0.2)], 10**12)
 
 
 @pytest.mark.parametrize("rule", ["neox", "megatron"])
@@ -89,7 +95,7 @@ def test_cursor_chain_is_contiguous_and_within_one_document() -> None:
     for entry in sig:
         lengths[entry["name"]] = rng.integers(50, 400, size=400).astype(np.int32)
         entry["tokens"] = int(lengths[entry["name"]].sum())
-    plan = make_plan(
+    plan = plan_of(
         config([{"name": "main", "tokens": 60_000, "mixture": "main"}]), sig, lengths.__getitem__
     )
     assert len(plan["packs"]) == 3  # 50 iters * 512 tokens = 25,600 per pack
@@ -106,7 +112,7 @@ def test_cursor_chain_is_contiguous_and_within_one_document() -> None:
 
 def test_wrap_around_is_reported_as_upsampling() -> None:
     sig, lengths = signature({"en_web_a": 100, "de_web_a": 10}, 100)
-    plan = make_plan(
+    plan = plan_of(
         config([{"name": "main", "tokens": 20_000, "mixture": "main"}], max_iters_per_pack=100),
         sig,
         lengths.__getitem__,
@@ -126,8 +132,8 @@ def test_appending_a_pack_leaves_earlier_packs_unchanged() -> None:
         {"name": "warmup", "iters": 5, "mixture": "main"},
         {"name": "main", "tokens": 30_000, "mixture": "main"},
     ]
-    before = make_plan(config(phases), sig, lengths.__getitem__)
-    after = make_plan(
+    before = plan_of(config(phases), sig, lengths.__getitem__)
+    after = plan_of(
         config([*phases, {"name": "ext", "tokens": 9_000, "mixture": "en"}]), sig, lengths.__getitem__
     )
     assert after["packs"][: len(before["packs"])] == before["packs"]
@@ -141,14 +147,14 @@ def test_split_budget_adds_up_exactly() -> None:
 
 def test_an_iters_phase_longer_than_a_pack_is_cut_in_iterations() -> None:
     sig, lengths = signature({"en_web_a": 400, "de_web_a": 400}, 100)
-    plan = make_plan(config([{"name": "warmup", "iters": 120, "mixture": "main"}]), sig, lengths.__getitem__)
+    plan = plan_of(config([{"name": "warmup", "iters": 120, "mixture": "main"}]), sig, lengths.__getitem__)
     assert [p["train_iters"] for p in plan["packs"]] == [50, 50, 20]
     assert plan["total_train_iters"] == 120
 
 
 def test_a_source_without_documents_does_not_break_the_plan() -> None:
     sig, lengths = signature({"en_web_a": 300, "de_web_a": 300, "en_web_empty": 0}, 100)
-    plan = make_plan(
+    plan = plan_of(
         config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__
     )
     assert plan["final_epochs"]["en_web_empty"] == 0.0

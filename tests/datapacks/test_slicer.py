@@ -12,6 +12,7 @@ from workflow_scripts.core.indexed_dataset import (
     write_slice,
 )
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
+from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import StateMismatch, slice_main, slice_pack, write_shuffled
 
 
@@ -48,7 +49,7 @@ def plan_for(sig, shuffle=False):
         },
         "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
     }
-    return make_plan(cfg, sig, lambda p: IndexedDataset(p).lengths)
+    return make_plan(PlanSettings.from_config(cfg), sig, lambda p: IndexedDataset(p).lengths)
 
 
 def test_a_slice_wraps_around_its_source(sources) -> None:

@@ -13,6 +13,7 @@ import pandas as pd
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.planner import make_plan
+from workflow_scripts.datapacks.settings import PlanSettings
 
 
 def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
-    plan = make_plan(config, signature, lambda prefix: IndexedDataset(prefix).lengths)
+    plan = make_plan(PlanSettings.from_config(config), signature, lambda prefix: IndexedDataset(prefix).lengths)
     add_trainer_settings(plan, args.merged_dir)
     write_json(args.out_json, plan)
     with atomic_path(args.out_csv) as tmp:

@@ -17,15 +17,17 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.datapacks.iterations import tokens_for_iters, train_iters, wall_time_hours
 from workflow_scripts.datapacks.mixture import compute_shares
+from workflow_scripts.datapacks.settings import DatapacksSettings, Phase, PlanSettings, TrainingSettings
 
 MAX_EPOCHS_PER_SLICE = 100  # a source read more often than this within one pack is a configuration mistake
 
@@ -88,64 +90,45 @@ class Source:
         return ranges
 
 
-def short_name(name: str) -> str:
-    """A source's name without counts and key, ``en_web_cc_split_0000`` (slice file names use it)."""
-    return name.split("_dc=")[0].removesuffix("_text_document")
-
-
 def shuffle_permutation(documents: int, seed: int, name: str) -> np.ndarray:
     """The fixed order in which a shuffled source's documents are read (seeded per source name)."""
     return np.random.default_rng([seed, zlib.crc32(name.encode())]).permutation(documents)
 
 
-def tokens_per_iter(training: dict[str, Any]) -> int:
-    """Sequence length times global batch size: the tokens one iteration consumes."""
-    return int(training["seq_length"]) * int(training["global_batch_size"])
-
-
-def max_tokens_per_pack(training: dict[str, Any], datapacks: dict[str, Any]) -> int:
+def max_tokens_per_pack(training: TrainingSettings, datapacks: DatapacksSettings) -> int:
     """The pack size limit, from ``max_tokens_per_pack`` or ``max_iters_per_pack``."""
-    if datapacks.get("max_tokens_per_pack"):
-        return int(datapacks["max_tokens_per_pack"])
-    if datapacks.get("max_iters_per_pack"):
-        return int(datapacks["max_iters_per_pack"]) * tokens_per_iter(training)
+    if datapacks.max_tokens_per_pack:
+        return int(datapacks.max_tokens_per_pack)
+    if datapacks.max_iters_per_pack:
+        return datapacks.max_iters_per_pack * training.tokens_per_iter
     raise PlanError("datapacks needs max_tokens_per_pack or max_iters_per_pack")
 
 
-def pack_sizes(
-    training: dict[str, Any], phase: dict[str, Any], budget: int, pack_max: int
-) -> list[tuple[int, int]]:
+def pack_sizes(training: TrainingSettings, phase: Phase, budget: int, pack_max: int) -> list[tuple[int, int]]:
     """(token budget, iteration cap or 0) of each pack of a phase; an ``iters`` phase is cut in iterations."""
-    if "iters" in phase:
-        seq, batch, rule = (
-            int(training["seq_length"]),
-            int(training["global_batch_size"]),
-            training["epoch_rule"],
-        )
-        per_pack = max(1, pack_max // tokens_per_iter(training))
-        iters = int(phase["iters"])
-        chunks = [min(per_pack, iters - k) for k in range(0, iters, per_pack)]
+    if phase.iters is not None:
+        seq, batch, rule = training.seq_length, training.global_batch_size, training.epoch_rule
+        per_pack = max(1, pack_max // training.tokens_per_iter)
+        chunks = [min(per_pack, phase.iters - k) for k in range(0, phase.iters, per_pack)]
         return [(tokens_for_iters(k, seq, batch, rule), k) for k in chunks]
     return [(min(pack_max, budget - k), 0) for k in range(0, budget, pack_max)] or [(0, 0)]
 
 
-def phase_budgets(training: dict[str, Any], phases: list[dict[str, Any]], pack_max: int) -> list[int]:
+def phase_budgets(training: TrainingSettings, phases: Sequence[Phase], pack_max: int) -> list[int]:
     """Token budget of each phase; ``fraction`` phases are carved out of the ``tokens`` phase before them."""
     budgets = [
-        sum(t for t, _ in pack_sizes(training, p, 0, pack_max)) if "iters" in p else int(p.get("tokens", 0))
+        sum(t for t, _ in pack_sizes(training, p, 0, pack_max)) if p.iters is not None else int(p.tokens or 0)
         for p in phases
     ]
     for i, phase in enumerate(phases):
-        if "fraction" not in phase:
+        if phase.fraction is None:
             continue
-        if i == 0 or "tokens" not in phases[i - 1]:
-            raise PlanError(f"phase {phase['name']}: a fraction phase must follow a phase given in tokens")
-        budgets[i] = round(float(phase["fraction"]) * sum(budgets[:i]))
+        if i == 0 or phases[i - 1].tokens is None:
+            raise PlanError(f"phase {phase.name}: a fraction phase must follow a phase given in tokens")
+        budgets[i] = round(phase.fraction * sum(budgets[:i]))
         budgets[i - 1] -= budgets[i]
         if budgets[i - 1] <= 0:
-            raise PlanError(
-                f"phase {phase['name']} ({budgets[i]} tokens) is larger than {phases[i - 1]['name']}"
-            )
+            raise PlanError(f"phase {phase.name} ({budgets[i]} tokens) is larger than {phases[i - 1].name}")
     return budgets
 
 
@@ -159,19 +142,19 @@ def split_budget(total: int, probabilities: list[float]) -> list[int]:
 
 
 def make_plan(
-    config: dict[str, Any],
+    settings: PlanSettings,
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
 ) -> dict[str, Any]:
     """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates."""
-    training, datapacks, mixtures = config["training"], config["datapacks"], config["mixtures"]
-    seq, batch, rule = int(training["seq_length"]), int(training["global_batch_size"]), training["epoch_rule"]
-    tpi, pack_max = tokens_per_iter(training), max_tokens_per_pack(training, datapacks)
-    phases = datapacks["phases"]
+    training, datapacks, mixtures = settings.training, settings.datapacks, settings.mixtures
+    seq, batch, rule = training.seq_length, training.global_batch_size, training.epoch_rule
+    tpi, pack_max = training.tokens_per_iter, max_tokens_per_pack(training, datapacks)
+    phases = datapacks.phases
     budgets = phase_budgets(training, phases, pack_max)
-    shuffle, seed = bool(datapacks.get("shuffle")), int(config["seed"])
+    shuffle, seed = datapacks.shuffle, settings.seed
     sources: dict[str, Source] = {}
-    names_of = {e["prefix"]: short_name(e["name"]) for e in signature}
+    names_of = {e["prefix"]: naming.source_name(e["name"]) for e in signature}
     for entry in signature:
         name = names_of[entry["prefix"]]
         lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
@@ -181,12 +164,12 @@ def make_plan(
     packs: list[dict[str, Any]] = []
     offset = 0
     for phase, budget in zip(phases, budgets, strict=True):
-        if phase["mixture"] not in mixtures:
-            raise PlanError(f"phase {phase['name']} uses unknown mixture {phase['mixture']!r}")
-        shares = compute_shares(signature, mixtures[phase["mixture"]])
+        if phase.mixture not in mixtures:
+            raise PlanError(f"phase {phase.name} uses unknown mixture {phase.mixture!r}")
+        shares = compute_shares(signature, mixtures[phase.mixture])
         names = [names_of[s.prefix] for s in shares]
         for pack_tokens, cap in pack_sizes(training, phase, budget, pack_max):
-            pack = _slice_pack(f"{phase['name']}_{len(packs)}", phase, pack_tokens, names, shares, sources)
+            pack = _slice_pack(len(packs), phase, pack_tokens, names, shares, sources)
             iters = train_iters(pack["tokens"], seq, batch, rule)
             if cap:  # an iters phase: the pack is sized for exactly this many (it may hold a little more)
                 iters = min(iters, cap)
@@ -204,7 +187,7 @@ def make_plan(
         "shuffle": shuffle,
         "seed": seed,
         "phases": [
-            {"name": p["name"], "mixture": p["mixture"], "tokens": b}
+            {"name": p.name, "mixture": p.mixture, "tokens": b}
             for p, b in zip(phases, budgets, strict=True)
         ],
         "packs": packs,
@@ -245,24 +228,22 @@ def conservation(sources: dict[str, Source], packs: list[dict[str, Any]]) -> dic
     return table
 
 
-def _wall_hours(training: dict[str, Any], tokens: int) -> float | None:
-    if not all(training.get(k) for k in ("model_params", "gpus", "tflops_per_gpu")):
+def _wall_hours(training: TrainingSettings, tokens: int) -> float | None:
+    if not (training.model_params and training.gpus and training.tflops_per_gpu):
         return None
-    hours = wall_time_hours(
-        tokens, float(training["model_params"]), int(training["gpus"]), float(training["tflops_per_gpu"])
-    )
+    hours = wall_time_hours(tokens, training.model_params, training.gpus, training.tflops_per_gpu)
     return float(f"{hours:.4g}")
 
 
 def _slice_pack(
-    name: str,
-    phase: dict[str, Any],
+    index: int,
+    phase: Phase,
     tokens: int,
     names: list[str],
     shares: list[Any],
     sources: dict[str, Source],
 ) -> dict[str, Any]:
-    index = int(name.rsplit("_", 1)[1])
+    name = naming.pack_name(phase.name, index)
     targets = split_budget(tokens, [s.probability for s in shares])
     slices = []
     for source_name, share, target in zip(names, shares, targets, strict=True):
@@ -288,13 +269,13 @@ def _slice_pack(
                 "epochs_before": round(epochs_before, 6),
                 "epochs_after": round(src.epochs(), 6),
                 "upsampled": any(epoch > 0 for epoch, _, _ in ranges),
-                "name": f"{source_name}_slice{index}_{ranges[0][1]}_{taken}",
+                "name": naming.slice_name(source_name, index, ranges[0][1], taken),
             }
         )
     return {
         "name": name,
-        "phase": phase["name"],
-        "mixture": phase["mixture"],
+        "phase": phase.name,
+        "mixture": phase.mixture,
         "budget": tokens,
         "tokens": sum(s["tokens"] for s in slices),
         "documents": sum(s["documents"] for s in slices),

@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import xxhash
 
+from workflow_scripts.core import naming
 from workflow_scripts.core.fsio import open_binary
 
-SUFFIXES = (".jsonl.zst", ".jsonl.gz", ".jsonl")
 ROW_BITS = 32
-
-
-def stem(name: str) -> str:
-    """Shard name without its ``.jsonl[.gz|.zst]`` suffix."""
-    base = Path(name).name
-    for suffix in SUFFIXES:
-        if base.endswith(suffix):
-            return base[: -len(suffix)]
-    return base
-
-
-def group(name: str) -> str:
-    """Source group of a shard: its name before ``_split_`` (``{lang}_{domain}_{subdomain}``)."""
-    return stem(name).split("_split_")[0]
+stem = naming.shard_stem
+group = naming.shard_group
 
 
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:

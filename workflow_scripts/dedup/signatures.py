@@ -23,7 +23,7 @@ import xxhash
 from datasketch import MinHash
 from datasketch.minhash import _fmix
 
-from workflow_scripts.core import settings
+from workflow_scripts.core import naming, settings
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import write_store
@@ -77,7 +77,7 @@ def scope_hash(record: dict[str, Any], scope: str) -> int:
     """64-bit hash of the document's scope key: 0 (global), its language, or its source group."""
     if scope == "global":
         return 0
-    key = record["lang"] if scope == "lang" else f"{record['lang']}_{record['domain']}_{record['subdomain']}"
+    key = record["lang"] if scope == "lang" else naming.group_name(*(record[f] for f in naming.GROUP_FIELDS))
     return xxhash.xxh3_64_intdigest(f"{scope}\x1f{key}".encode())
 
 

@@ -49,7 +49,7 @@ import numpy as np
 import orjson
 import sentencepiece as spm
 
-from workflow_scripts.core import settings
+from workflow_scripts.core import naming, settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
@@ -341,7 +341,7 @@ def frame(
 
 def document_prefix(output_prefix: str, json_key: str = "text") -> str:
     """Megatron's output name: ``{output_prefix}_{key}_document``."""
-    return f"{output_prefix}_{json_key}_document"
+    return naming.tokenized_prefix(output_prefix, json_key)
 
 
 def tokenize_file(
