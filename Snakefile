@@ -20,6 +20,13 @@ validate(config, "config/schema.yaml")
 
 
 include: "rules/common.smk"
+
+
+# Every wildcard's pattern comes from the naming module (workflow_scripts/core/naming.py).
+wildcard_constraints:
+    **naming.WILDCARDS,
+
+
 include: "rules/sample.smk"
 include: "rules/ingest.smk"
 include: "rules/dedup.smk"

@@ -1,7 +1,7 @@
 """Paths, names and input functions shared by the rules. Only cheap, pure Python: no data is read at parse
 time except the small manifests of finished checkpoints (ingest groups, dedup assignments, the plan).
 
-How incremental reruns work (each device is also commented where a rule uses it):
+How incremental reruns work (each device is also commented at its use).
 - ingest and the plan are checkpoints: the DAG learns the shards and the packs once they exist;
 - dedup_filter reads the cluster step's assignments as an ``ancient`` input and reruns for a shard only when
   the digest of its own assignment changes (a param);
@@ -20,13 +20,13 @@ from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
 from workflow_scripts.ingest.sample import plan as sample_plan
 from workflow_scripts.ingest.sources import resolve_groups
-from workflow_scripts.tokens.encode import TokenizeOptions
-from workflow_scripts.tokens.train_tokenizer import TokenizerOptions
+from workflow_scripts.tokens.settings import TokenizeOptions
+from workflow_scripts.tokens.settings import TokenizerOptions
 
 use_this_interpreter(workflow.basedir)
 
-# Every rule runs `snakepack COMMAND ...` through the interpreter that runs Snakemake (see runtime.py).
-SNAKEPACK = "python -m workflow_scripts"
+# Each job runs `python -m workflow_scripts COMMAND` (= `snakepack COMMAND`) with the interpreter that runs
+# Snakemake (see runtime.py), so that Slurm jobs and conda environments use this checkout's package.
 
 OUT = config["output_root"].rstrip("/")
 LOGS = config["log_root"].rstrip("/")
@@ -49,10 +49,6 @@ DEDUP_ARGS = shlex.join(to_args(from_config(DedupSettings, config["dedup"], seed
 TOKENIZER_ARGS = shlex.join(to_args(from_config(TokenizerOptions, config["tokenizer"], seed=config["seed"])))
 # Threads come from the rule's `threads:` (a change of them alone reruns nothing).
 TOKENIZE_ARGS = shlex.join(to_args(from_config(TokenizeOptions, config["tokenize"]), exclude=("threads",)))
-
-
-wildcard_constraints:
-    **naming.WILDCARDS,
 
 
 def write_list(paths_var, list_file):

@@ -17,7 +17,7 @@ rule mixture:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} mixture --signature {input:q} --name {wildcards.mixture}"
+        "python -m workflow_scripts mixture --signature {input:q} --name {wildcards.mixture}"
         " --mixture-json {params.mixture:q} --output {output:q} > {log:q} 2>&1"
 
 
@@ -39,7 +39,7 @@ checkpoint plan:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} plan --config-json {params.config:q} --signature {input.signature:q}"
+        "python -m workflow_scripts plan --config-json {params.config:q} --signature {input.signature:q}"
         " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
         " 2>&1 | tee {log:q}"
 
@@ -60,7 +60,7 @@ rule shuffle_source:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} shuffle --prefix {params.prefix:q} --name {wildcards.shard}"
+        "python -m workflow_scripts shuffle --prefix {params.prefix:q} --name {wildcards.shard}"
         " --seed {params.seed} --output {params.out:q} > {log:q} 2>&1"
 
 
@@ -89,7 +89,7 @@ rule slice_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
+        "python -m workflow_scripts slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
         " {params.sources} --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
         " --stats {output.stats:q} > {log:q} 2>&1"
 
@@ -111,5 +111,5 @@ rule merge_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} merge --output {params.prefix:q} --log {output.merge_log:q} --list {input.listing:q}"
+        "python -m workflow_scripts merge --output {params.prefix:q} --log {output.merge_log:q} --list {input.listing:q}"
         " > {log:q} 2>&1"

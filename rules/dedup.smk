@@ -18,7 +18,7 @@ rule dedup_signatures:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "{SNAKEPACK} dedup-signatures --input {input:q} --output {output:q} {params.settings} > {log:q} 2>&1"
+        "python -m workflow_scripts dedup-signatures --input {input:q} --output {output:q} {params.settings} > {log:q} 2>&1"
 
 
 rule dedup_exact:
@@ -36,7 +36,7 @@ rule dedup_exact:
         "../envs/dedup.yaml"
     shell:
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} dedup-exact --signatures @{log:q}.inputs --partition {wildcards.part}"
+        + " && python -m workflow_scripts dedup-exact --signatures @{log:q}.inputs --partition {wildcards.part}"
         " --partitions {params.partitions} --output {output:q} > {log:q} 2>&1"
 
 
@@ -50,14 +50,14 @@ rule dedup_bands:
     benchmark:
         f"{BENCH}/dedup/bands_{{band}}_{{part}}.tsv"
     params:
-        groups=config["dedup"]["band_groups"],
+        band_groups=config["dedup"]["band_groups"],
         partitions=config["dedup"]["partitions"],
     conda:
         "../envs/dedup.yaml"
     shell:
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} dedup-bands --signatures @{log:q}.inputs --group {wildcards.band}"
-        " --groups {params.groups} --partition {wildcards.part} --partitions {params.partitions}"
+        + " && python -m workflow_scripts dedup-bands --signatures @{log:q}.inputs --band-group {wildcards.band}"
+        " --band-groups {params.band_groups} --partition {wildcards.part} --partitions {params.partitions}"
         " --output {output:q} > {log:q} 2>&1"
 
 
@@ -80,7 +80,7 @@ checkpoint dedup_cluster:
         write_list("{input.signatures:q}", "{log:q}.signatures")
         + " && "
         + write_list("{input.pairs:q}", "{log:q}.pairs")
-        + " && {SNAKEPACK} dedup-cluster --signatures @{log:q}.signatures --pairs @{log:q}.pairs"
+        + " && python -m workflow_scripts dedup-cluster --signatures @{log:q}.signatures --pairs @{log:q}.pairs"
         " --assign-dir {output.assign:q} --clusters {output.clusters:q} --summary {output.summary:q}"
         " > {log:q} 2>&1"
 
@@ -105,7 +105,7 @@ rule dedup_filter:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "{SNAKEPACK} dedup-filter --input {input.shard:q} --assign {params.assign:q}"
+        "python -m workflow_scripts dedup-filter --input {input.shard:q} --assign {params.assign:q}"
         " --output {output.kept:q} --removed {output.removed:q} --stats {output.stats:q} > {log:q} 2>&1"
 
 
@@ -123,5 +123,5 @@ rule dedup_report:
         "../envs/dedup.yaml"
     shell:
         write_list("{input.stats:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} dedup-report --stats @{log:q}.inputs --summary {input.summary:q}"
+        + " && python -m workflow_scripts dedup-report --stats @{log:q}.inputs --summary {input.summary:q}"
         " --output-stats {output.stats:q} --report {output.report:q} > {log:q} 2>&1"

@@ -20,7 +20,7 @@ checkpoint ingest:
         "../envs/data.yaml"
     shell:
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} ingest --input @{log:q}.inputs --output-dir {output:q} {params.settings} > {log:q} 2>&1"
+        + " && python -m workflow_scripts ingest --input @{log:q}.inputs --output-dir {output:q} {params.settings} > {log:q} 2>&1"
 
 
 rule ingest_stats:
@@ -35,4 +35,4 @@ rule ingest_stats:
         "../envs/data.yaml"
     shell:
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} stats --stage ingest --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
+        + " && python -m workflow_scripts stats --stage ingest --output {output:q} @{log:q}.inputs > {log:q} 2>&1"

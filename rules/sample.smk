@@ -15,5 +15,5 @@ rule sample:
     conda:
         "../envs/data.yaml"
     shell:
-        "{SNAKEPACK} sample --output-dir {params.outdir:q} --seed {params.seed} --scale {params.scale}"
+        "python -m workflow_scripts sample --output-dir {params.outdir:q} --seed {params.seed} --scale {params.scale}"
         " > {log:q} 2>&1"

@@ -22,7 +22,7 @@ rule train_tokenizer:
     shell:
         # One trainer thread: the thread count is part of the model (and changes unigram pieces); it takes seconds.
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} train-tokenizer @{log:q}.inputs --model-prefix {params.prefix:q} {params.settings}"
+        + " && python -m workflow_scripts train-tokenizer @{log:q}.inputs --model-prefix {params.prefix:q} {params.settings}"
         " --threads 1 > {log:q} 2>&1"
 
 
@@ -43,7 +43,7 @@ rule tokenize:
     conda:
         "../envs/tokenize.yaml"
     shell:
-        "{SNAKEPACK} tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
+        "python -m workflow_scripts tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
         " --tokenizer-model {input.model:q} {params.settings} --threads {threads} > {log:q} 2>&1"
 
 
@@ -59,7 +59,7 @@ rule tokenize_stats:
         "../envs/data.yaml"
     shell:
         write_list("{input:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} stats --stage tokenize --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
+        + " && python -m workflow_scripts stats --stage tokenize --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
 
 
 rule count:
@@ -76,5 +76,5 @@ rule count:
         "../envs/data.yaml"
     shell:
         write_list("{params.prefixes:q}", "{log:q}.inputs")
-        + " && {SNAKEPACK} count --prefixes @{log:q}.inputs --links-dir {output.links:q}"
+        + " && python -m workflow_scripts count --prefixes @{log:q}.inputs --links-dir {output.links:q}"
         " --signature {output.signature:q} > {log:q} 2>&1"

@@ -63,4 +63,3 @@ class Workflow:
             f"snakemake {' '.join(args)} failed (rc {proc.returncode}):\n{tail(proc.output)}"
         )
         return proc.output
-

@@ -95,9 +95,7 @@ def test_cursor_chain_is_contiguous_and_within_one_document() -> None:
     for entry in sig:
         lengths[entry["name"]] = rng.integers(50, 400, size=400).astype(np.int32)
         entry["tokens"] = int(lengths[entry["name"]].sum())
-    plan = plan_of(
-        config([{"name": "main", "tokens": 60_000, "mixture": "main"}]), sig, lengths.__getitem__
-    )
+    plan = plan_of(config([{"name": "main", "tokens": 60_000, "mixture": "main"}]), sig, lengths.__getitem__)
     assert len(plan["packs"]) == 3  # 50 iters * 512 tokens = 25,600 per pack
     cursor = {"en_web_a": (0, 0), "de_web_a": (0, 0)}
     for pack in plan["packs"]:
@@ -154,8 +152,6 @@ def test_an_iters_phase_longer_than_a_pack_is_cut_in_iterations() -> None:
 
 def test_a_source_without_documents_does_not_break_the_plan() -> None:
     sig, lengths = signature({"en_web_a": 300, "de_web_a": 300, "en_web_empty": 0}, 100)
-    plan = plan_of(
-        config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__
-    )
+    plan = plan_of(config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__)
     assert plan["final_epochs"]["en_web_empty"] == 0.0
     assert all(s["source"] != "en_web_empty" for p in plan["packs"] for s in p["slices"])

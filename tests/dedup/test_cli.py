@@ -152,9 +152,9 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
                 [
                     "--signatures",
                     *sigs,
-                    "--group",
+                    "--band-group",
                     str(g),
-                    "--groups",
+                    "--band-groups",
                     "3",
                     "--partition",
                     str(k),

@@ -14,6 +14,7 @@ import pytest
 from datasketch import MinHash
 
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.core.stage_stats import UnbalancedStats
 from workflow_scripts.dedup import local as dedup
 from workflow_scripts.dedup import verify as dedup_verify
 from workflow_scripts.dedup.bands import band_candidates, verify
@@ -291,10 +292,10 @@ def test_stats_add_up_and_are_checked(tmp_path: Path) -> None:
         "by_source": {"web": {"in": 3}},
     }
     summary = {"shards": 1, "docs": 3, "removed": {"exact": 1, "near": 0}}
-    with pytest.raises(ValueError, match="shard x"):
+    with pytest.raises(UnbalancedStats, match="shard x"):
         check_counts([shard], summary)
     check_counts([{**shard, "docs_out": 2}], summary)
-    with pytest.raises(ValueError, match="near removed"):
+    with pytest.raises(UnbalancedStats, match="near removed"):
         check_counts([{**shard, "docs_out": 1, "removed": {"exact": 1, "near": 1}}], summary)
 
 

@@ -17,6 +17,7 @@ import pytest
 import zstandard
 
 from workflow_scripts.core.fsio import open_binary, read_json
+from workflow_scripts.core.stage_stats import UnbalancedStats
 from workflow_scripts.ingest import shards as ingest_mod
 from workflow_scripts.ingest.shards import (
     REJECT_REASONS,
@@ -197,9 +198,9 @@ def test_parquet_rejects_and_truncated_raw(tmp_path: Path) -> None:
 def test_check_counts_raises_on_mismatch() -> None:
     good = {"docs_in": 5, "docs_out": 3, "rejected": {"too_short": 2}, "shards": [{"docs": 3}]}
     check_counts(good)
-    with pytest.raises(AssertionError, match=r"docs_in=5 != docs_out=3 \+ rejected=1"):
+    with pytest.raises(UnbalancedStats, match=r"docs_in 5 != docs_out 3 \+ rejected 1"):
         check_counts(good | {"rejected": {"too_short": 1}})
-    with pytest.raises(AssertionError, match=r"2 docs in shards != docs_out=3"):
+    with pytest.raises(UnbalancedStats, match=r"2 docs in shards != docs_out 3"):
         check_counts(good | {"shards": [{"docs": 2}]})
 
 

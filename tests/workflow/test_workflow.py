@@ -67,7 +67,8 @@ def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: 
     generate(raw, seed=3, scale=0.2)
     (raw / "manifest.json").unlink()
     model = tmp_path / "spm"
-    train = [sys.executable, "-m", "workflow_scripts", "train-tokenizer", *map(str, sorted(raw.glob("*.jsonl")))]
+    shards = map(str, sorted(raw.glob("*.jsonl")))
+    train = [sys.executable, "-m", "workflow_scripts", "train-tokenizer", *shards]
     subprocess.run([*train, "--model-prefix", str(model), "--vocab-size", "2000"], check=True, cwd=REPO)
     config = {
         "sample": {"enabled": False},

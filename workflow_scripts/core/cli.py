@@ -1,4 +1,4 @@
-"""The command-line convention of every tool: a user error is one line and exit 2; a bug keeps its traceback."""
+"""The command-line convention of every tool: a user error is one line and exit 2; a bug keeps its trace."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import io
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -25,6 +26,25 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling directory that replaces the directory ``path`` if the block succeeds."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")
+    old = final.with_name(f".old{os.getpid()}.{final.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if final.exists() or final.is_symlink():
+            final.rename(old)
+        tmp.rename(final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def dumps_json(obj: Any) -> bytes:
@@ -99,9 +119,25 @@ class ZstdFrameReader(io.RawIOBase):
         super().close()
 
 
+class _GzipWriter(gzip.GzipFile):
+    """Deterministic gzip output (no file name, no time in the header) that closes its file."""
+
+    def __init__(self, path: str) -> None:
+        self._raw = open(path, "wb")  # noqa: SIM115 - closed in close()
+        super().__init__(filename="", mode="wb", fileobj=self._raw, mtime=0)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
 def open_binary_writer(path: str | os.PathLike[str], level: int = 3) -> IO[bytes]:
-    """Open a file for binary writing, zstd-compressed when the name ends in ``.zst``."""
+    """Open a file for binary writing, compressed as the name says (``.zst``, ``.gz``: deterministic)."""
     name = str(path)
+    if name.endswith(".gz"):
+        return _GzipWriter(name)
     if name.endswith(".zst"):
         import zstandard
 

@@ -9,9 +9,9 @@ import sys
 def use_this_interpreter(basedir: str) -> None:
     """Put the running interpreter's bin dir first on PATH and ``basedir`` on PYTHONPATH.
 
-    Rules call ``python -m workflow_scripts COMMAND`` (``snakepack COMMAND``); this makes that the interpreter running Snakemake,
-    with this checkout's package, also inside Slurm jobs (they inherit the environment). A rule's conda
-    environment, when one is used, is activated after this and comes first.
+    Rules call ``python -m workflow_scripts COMMAND`` (``snakepack COMMAND``); this makes that the interpreter
+    running Snakemake, with this checkout's package, also inside Slurm jobs (they inherit the environment).
+    A rule's conda environment, when one is used, is activated after this and comes first.
     """
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     paths = [basedir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

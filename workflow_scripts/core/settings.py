@@ -113,7 +113,7 @@ def from_args(cls: type[T], args: argparse.Namespace, **extra: Any) -> T:
 
 
 def to_args(settings: Any, exclude: tuple[str, ...] = ()) -> list[str]:
-    """``settings`` as the command-line options ``add_arguments`` defines, every field (but ``exclude``) given."""
+    """``settings`` as the options ``add_arguments`` defines: every field but ``exclude``, explicitly."""
     args: list[str] = []
     for field, kind in _fields(type(settings)):
         if field.name in exclude:

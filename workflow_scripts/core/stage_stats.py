@@ -14,12 +14,15 @@ class UnbalancedStats(ValueError):
     """Documents in do not equal documents out plus documents dropped."""
 
 
-def check_balance(stats: dict[str, Any], where: str) -> None:
-    """Raise when ``docs_in != docs_out + sum(rejected)``."""
-    dropped = sum(stats["rejected"].values())
+def check_balance(stats: dict[str, Any], where: str, dropped_key: str = "rejected") -> None:
+    """Raise ``UnbalancedStats`` unless ``docs_in == docs_out + sum(stats[dropped_key])``.
+
+    The one balance check of every stage: a failure is a bug, never a user error, so it keeps its traceback.
+    """
+    dropped = sum(stats[dropped_key].values())
     if stats["docs_in"] != stats["docs_out"] + dropped:
         raise UnbalancedStats(
-            f"{where}: docs_in {stats['docs_in']} != docs_out {stats['docs_out']} + rejected {dropped}"
+            f"{where}: docs_in {stats['docs_in']} != docs_out {stats['docs_out']} + {dropped_key} {dropped}"
         )
 
 

@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
-    plan = make_plan(PlanSettings.from_config(config), signature, lambda prefix: IndexedDataset(prefix).lengths)
+    settings = PlanSettings.from_config(config)
+    plan = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
     add_trainer_settings(plan, args.merged_dir)
     write_json(args.out_json, plan)
     with atomic_path(args.out_csv) as tmp:

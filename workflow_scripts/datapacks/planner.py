@@ -187,8 +187,7 @@ def make_plan(
         "shuffle": shuffle,
         "seed": seed,
         "phases": [
-            {"name": p.name, "mixture": p.mixture, "tokens": b}
-            for p, b in zip(phases, budgets, strict=True)
+            {"name": p.name, "mixture": p.mixture, "tokens": b} for p, b in zip(phases, budgets, strict=True)
         ],
         "packs": packs,
         "total_train_iters": offset,

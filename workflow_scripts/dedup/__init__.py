@@ -1,0 +1,8 @@
+"""Stage 2, dedup. Reads the ingested shards; writes the kept documents (byte-identical lines) under
+``dedup/{group}/``, the removed ones with the id they duplicate under ``dedup/{group}/removed/``,
+``clusters.tsv``, ``report.json`` and ``stats.json``.
+
+Steps: ``signatures`` (per shard: MinHash, exact hashes) -> ``exact`` and ``bands`` (per hash partition and
+LSH band group: candidate pairs, verified by Jaccard) -> ``cluster`` (union-find; one assignment per shard)
+-> ``filter`` (per shard) -> ``report``. ``local`` runs them all in one process pool.
+"""

@@ -94,7 +94,7 @@ def group_pairs(
     return pairs[accepted], stats
 
 
-def write_group(
+def write_band_group(
     signatures: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     group: int,
@@ -122,14 +122,14 @@ def write_group(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
     parser.add_argument("--signatures", nargs="+", required=True, help="all signature files (or @list.txt)")
-    parser.add_argument("--group", type=int, required=True, help="band group of this job: bands j % groups")
-    parser.add_argument("--groups", type=int, required=True, help="number of band groups (<= bands)")
+    parser.add_argument("--band-group", type=int, required=True, help="this job's bands: j %% band-groups")
+    parser.add_argument("--band-groups", type=int, required=True, help="number of band groups (<= bands)")
     parser.add_argument("--partition", type=int, default=0, help="hash-range partition of this job")
     parser.add_argument("--partitions", type=int, default=1, help="number of hash-range partitions")
     parser.add_argument("--output", required=True, help="pair file to write")
     args = parser.parse_args(argv)
-    stats = write_group(
-        args.signatures, args.output, args.group, args.groups, args.partition, args.partitions
+    stats = write_band_group(
+        args.signatures, args.output, args.band_group, args.band_groups, args.partition, args.partitions
     )
     print(
         f"dedup bands {stats['bands']}: {stats['candidates']} candidates, {stats['verified']} verified "

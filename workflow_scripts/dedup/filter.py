@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import os
 from collections import Counter
 from pathlib import Path
@@ -22,12 +21,8 @@ from workflow_scripts.dedup.shards import group, iter_lines
 
 
 def _writer(stack: contextlib.ExitStack, path: str | os.PathLike[str]) -> IO[bytes]:
-    """Atomic binary writer, compressed as the name says (.zst; .gz without name or time: deterministic)."""
-    tmp = stack.enter_context(atomic_path(path))
-    if tmp.name.endswith(".gz"):
-        raw = stack.enter_context(open(tmp, "wb"))  # noqa: SIM115 - closed by the exit stack
-        return stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0))
-    return stack.enter_context(open_binary_writer(tmp))
+    """Atomic binary writer, compressed as the name says."""
+    return stack.enter_context(open_binary_writer(stack.enter_context(atomic_path(path))))
 
 
 def filter_shard(

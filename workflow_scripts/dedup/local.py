@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core import settings
-from workflow_scripts.dedup.bands import write_group
+from workflow_scripts.dedup.bands import write_band_group
 from workflow_scripts.dedup.cluster import write_clusters
 from workflow_scripts.dedup.exact import write_exact
 from workflow_scripts.dedup.filter import filter_shard
@@ -98,7 +98,7 @@ def _pairs_job(sigs: list[Path], output: Path, group: int, groups: int) -> None:
     if group < 0:
         write_exact(sigs, output)
     else:
-        write_group(sigs, output, group, groups)
+        write_band_group(sigs, output, group, groups)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.core.stage_stats import UnbalancedStats, check_balance
 from workflow_scripts.dedup.settings import DedupSettings
 
 FIELDS = ("in", "out", "exact", "near")
@@ -22,13 +23,13 @@ FIELDS = ("in", "out", "exact", "near")
 
 def _check(ok: bool, what: str) -> None:
     if not ok:
-        raise ValueError(f"dedup counts do not add up: {what}")
+        raise UnbalancedStats(f"dedup counts do not add up: {what}")
 
 
 def check_counts(shards: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     """Raise ValueError unless every count adds up."""
     for s in shards:
-        _check(s["docs_in"] == s["docs_out"] + sum(s["removed"].values()), f"shard {s['shard']}")
+        check_balance(s, f"dedup counts do not add up: shard {s['shard']}", dropped_key="removed")
         _check(s["bytes_in"] == s["bytes_out"] + s["bytes_removed"], f"bytes of shard {s['shard']}")
         for key in ("by_lang", "by_source"):
             _check(s["docs_in"] == sum(c["in"] for c in s[key].values()), f"{key} of shard {s['shard']}")

@@ -1,0 +1,7 @@
+"""Stage 1, ingest. Reads raw vendor files (jsonl, jsonl.gz/.zst, one-document-per-line txt, parquet) of one
+group ``{lang}_{domain}_{subdomain}``; writes ``shards/{group}/{group}_split_{NNNN}.jsonl[.zst]`` of about
+``ingest.shard_size`` bytes, ``quarantine.jsonl`` (file, line, reason) and ``stats.json``.
+
+``sources`` resolves the configured sources into groups at Snakefile parse time (file names only);
+``sample`` writes the embedded demo delivery.
+"""

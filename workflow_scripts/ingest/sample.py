@@ -202,12 +202,7 @@ def _write_file(path: Path, f: SampleFile, docs: list[dict[str, Any]], bad: bool
                 lines.insert(at, raw)
                 planted.append({"file": f.name, "line": at + 1, "reason": reason})
         with open_binary_writer(tmp) as out:
-            if f.ext.endswith(".gz"):
-                import gzip
-
-                out.write(gzip.compress(b"\n".join(lines) + b"\n", mtime=0))
-            else:
-                out.write(b"\n".join(lines) + b"\n")
+            out.write(b"\n".join(lines) + b"\n")
     return planted
 
 

@@ -50,7 +50,7 @@ import orjson
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
-from workflow_scripts.core.settings import setting
+from workflow_scripts.core.stage_stats import UnbalancedStats, check_balance
 from workflow_scripts.ingest.readers import (
     IngestError,
     Reject,
@@ -58,6 +58,7 @@ from workflow_scripts.ingest.readers import (
     make_decoder,
     resolve_format,
 )
+from workflow_scripts.ingest.settings import IngestOptions
 
 __all__ = [
     "IngestError",
@@ -95,39 +96,6 @@ class RejectedRecordError(IngestError):
     def __init__(self, file: str, line: int, reason: str) -> None:
         super().__init__(f"{file}:{line}: rejected record ({reason})")
         self.file, self.line, self.reason = file, line, reason
-
-
-@dataclasses.dataclass(frozen=True)
-class IngestOptions:
-    """Options of one ingest run: the stage's settings (``ingest``) and the source's (``sources``).
-
-    Give ``lang``/``domain``/``subdomain`` or ``name_regex``.
-    """
-
-    shard_size: int = setting("ingest", "shard_size")
-    compress: bool = setting("ingest", "compress")
-    nfc: bool = setting("ingest", "nfc")
-    min_chars: int = setting("ingest", "min_chars")
-    min_words: int = setting("ingest", "min_words")
-    strict: bool = setting("ingest", "strict")
-    format: str = setting("sources.items", "format")
-    text_key: tuple[str, ...] = setting("sources.items", "text_key")
-    id_key: str = setting("sources.items", "id_key")
-    name_regex: str | None = setting("sources.items", "name_regex")
-    lang: str | None = setting("sources.items", "lang")
-    domain: str | None = setting("sources.items", "domain")
-    subdomain: str | None = setting("sources.items", "subdomain")
-
-    def __post_init__(self) -> None:
-        given = [v is not None for v in (self.lang, self.domain, self.subdomain)]
-        if self.name_regex is None and not all(given):
-            raise IngestError("give --lang, --domain and --subdomain, or --name-regex")
-        if self.name_regex is not None and any(given):
-            raise IngestError("--name-regex excludes --lang/--domain/--subdomain")
-        if self.shard_size <= 0 or self.min_chars < 0 or self.min_words < 0:
-            raise IngestError("shard_size must be > 0, min_chars and min_words >= 0")
-        if not self.text_key:
-            raise IngestError("at least one text key is needed")
 
 
 def _check_group(values: Sequence[str | None], where: str) -> tuple[str, str, str]:
@@ -197,16 +165,11 @@ def clean_text(text: str, nfc: bool = True, min_chars: int = 0, min_words: int =
 
 
 def check_counts(stats: dict[str, Any]) -> None:
-    """Raise AssertionError unless docs_in == docs_out + rejected and the shards hold docs_out records."""
-    docs_in, docs_out = stats["docs_in"], stats["docs_out"]
-    rejected = sum(stats["rejected"].values())
-    if docs_in != docs_out + rejected:
-        raise AssertionError(
-            f"ingest count mismatch: docs_in={docs_in} != docs_out={docs_out} + rejected={rejected}"
-        )
+    """Raise ``UnbalancedStats`` unless docs_in == docs_out + rejected and the shards hold docs_out."""
+    check_balance(stats, "ingest")
     in_shards = sum(shard["docs"] for shard in stats["shards"])
-    if in_shards != docs_out:
-        raise AssertionError(f"ingest count mismatch: {in_shards} docs in shards != docs_out={docs_out}")
+    if in_shards != stats["docs_out"]:
+        raise UnbalancedStats(f"ingest: {in_shards} docs in shards != docs_out {stats['docs_out']}")
 
 
 class _ShardWriter:

@@ -9,7 +9,8 @@ from typing import Any
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.ingest.shards import IngestOptions, group_files
+from workflow_scripts.ingest.settings import IngestOptions
+from workflow_scripts.ingest.shards import group_files
 
 
 class SourceError(UserError, ValueError):

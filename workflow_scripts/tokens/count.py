@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import write_json
+from workflow_scripts.core.fsio import atomic_dir, write_json
 from workflow_scripts.core.indexed_dataset import verify
 
 NAME_FIELDS = ("lang", "domain", "subdomain", "split", "key")
@@ -74,21 +73,10 @@ def make_links(entries: Sequence[dict[str, Any]], links_dir: str) -> None:
     final = Path(links_dir)
     if final.is_dir() and not all(p.is_symlink() for p in final.iterdir()):
         raise CountError(f"{final}: holds files that are not links; refusing to replace it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")
-    old = final.with_name(f".old{os.getpid()}.{final.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(final) as tmp:
         for e in entries:
             for ext in (".bin", ".idx"):
                 _relative_link(e["source"] + ext, tmp / (e["name"] + ext))
-        if final.exists() or final.is_symlink():
-            final.rename(old)
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def build_signature(prefixes: Sequence[str], links_dir: str) -> dict[str, Any]:

@@ -53,7 +53,8 @@ from workflow_scripts.core import naming, settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
-from workflow_scripts.core.settings import setting
+from workflow_scripts.core.stage_stats import check_balance
+from workflow_scripts.tokens.settings import TokenizeOptions
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 REASONS = (
@@ -395,10 +396,8 @@ def tokenize_file(
                 last_report = time.monotonic()
                 rate = input_bytes / 1e6 / (last_report - started)
                 print(f"{input_path}: {docs_in} documents, {tokens} tokens, {rate:.1f} MB/s", file=sys.stderr)
-        if docs_in != docs_out + rejected.total():  # inside the block: a mismatch leaves no output
-            raise RuntimeError(
-                f"{input_path}: {docs_in} documents in, {docs_out} out + {rejected.total()} rejected"
-            )
+        # inside the block: a mismatch leaves no output
+        check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
     stats = {
         "input": input_path,
         "output_prefix": prefix,
@@ -433,21 +432,6 @@ def tokenize_file(
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-@dataclass(frozen=True)
-class TokenizeOptions:
-    """The tokenize stage's settings (config ``tokenize``)."""
-
-    mode: str = setting("tokenize", "mode")
-    append_eod: bool = setting("tokenize", "append_eod")
-    eod_piece: str = setting("tokenize", "eod_piece")
-    prepend_bos: bool = setting("tokenize", "prepend_bos")
-    bos_piece: str = setting("tokenize", "bos_piece")
-    min_tokens: int = setting("tokenize", "min_tokens")
-    sft_markers: dict[str, str] = setting("tokenize", "sft_markers")
-    threads: int = setting("tokenize", "threads", flags=("--workers",))
-    batch_mb: float = setting("tokenize", "batch_mb")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,7 +29,6 @@ import io
 import os
 import random
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -38,7 +37,7 @@ import sentencepiece as spm
 from workflow_scripts.core import settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary
-from workflow_scripts.core.settings import setting
+from workflow_scripts.tokens.settings import TokenizerOptions
 
 
 def iter_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
@@ -124,18 +123,6 @@ def train(sentences: Sequence[str], model_prefix: str, options: dict[str, Any]) 
         model_tmp.write_bytes(model.getvalue())
         vocab_tmp.write_text(vocab, encoding="utf-8")
     return sp
-
-
-@dataclass(frozen=True)
-class TokenizerOptions:
-    """Settings of a trained tokenizer (config ``tokenizer``) and the seed of its line sample."""
-
-    vocab_size: int = setting("tokenizer", "vocab_size")
-    model_type: str = setting("tokenizer", "model_type")
-    max_sentences: int = setting("tokenizer", "max_sentences", flags=("--input-sentence-size",))
-    character_coverage: float = setting("tokenizer", "character_coverage")
-    control_symbols: tuple[str, ...] = setting("tokenizer", "control_symbols")
-    seed: int = setting("", "seed")
 
 
 def _key_value(spec: str) -> tuple[str, str]:

@@ -1,0 +1,109 @@
+"""The one command-line face: `snakepack COMMAND`, one error convention, a layered package."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workflow_scripts import cli
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ["core", "ingest", "dedup", "tokens", "datapacks", "train"]  # in pipeline order
+
+
+def test_help_lists_every_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for name in cli.COMMANDS:
+        assert f"    {name}" in out, name
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_command_has_its_own_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([name, "--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: snakepack {name} ")
+
+
+def test_user_error_is_one_line_and_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"snakepack info: error: {tmp_path / 'nothing'}.idx: missing file\n"
+    assert (
+        cli.main(["mixture", "--signature", "s", "--name", "m", "--mixture-json", "{", "--output", "o"]) == 2
+    )
+    assert capsys.readouterr().err.startswith("snakepack mixture: error: --mixture-json is not JSON")
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workflow_scripts.core import indexed_dataset
+
+    def broken(prefix: str) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(indexed_dataset, "IndexedDataset", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        cli.main(["info", "x"])
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return {n.split(".")[1] for n in names if n.startswith("workflow_scripts.")}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_imports_core_and_earlier_stages_only(stage: str) -> None:
+    allowed = set(STAGES[: STAGES.index(stage) + 1]) | {"core"}
+    if stage == "core":
+        allowed = {"core"}
+    for path in (REPO / "workflow_scripts" / stage).glob("*.py"):
+        if path.name == "__main__.py":  # `python -m workflow_scripts.STAGE` is `snakepack STAGE`
+            continue
+        assert _imports(path) <= allowed, f"{path.name} imports {_imports(path) - allowed}"
+
+
+def test_every_subpackage_says_what_it_reads_and_writes() -> None:
+    for stage in STAGES:
+        doc = importlib.import_module(f"workflow_scripts.{stage}").__doc__ or ""
+        assert len(doc) > 80, stage
+
+
+def test_parsing_the_snakefile_imports_nothing_heavy() -> None:
+    rules = [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
+    modules = sorted(
+        {
+            line.split()[1]
+            for p in rules
+            for line in p.read_text().splitlines()
+            if line.startswith("from workflow_scripts")
+        }
+    )
+    assert "workflow_scripts.ingest.sources" in modules
+    code = (
+        "import sys, importlib; import snakemake.api  # noqa\n"
+        "before = set(sys.modules)\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "heavy = {'torch', 'deepspeed', 'pandas', 'pyarrow', 'sentencepiece', 'datasketch', 'numpy'}\n"
+        "print(sorted(heavy & {m.split('.')[0] for m in set(sys.modules) - before}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
