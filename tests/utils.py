@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import zstandard
+
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
@@ -63,3 +71,30 @@ class Workflow:
             f"snakemake {' '.join(args)} failed (rc {proc.returncode}):\n{tail(proc.output)}"
         )
         return proc.output
+
+
+def write_lines(path: Path, lines: list[bytes]) -> Path:
+    """Write ``lines`` (newline-terminated), compressed as the name says (.gz, .zst)."""
+    data = b"".join(line + b"\n" for line in lines)
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    elif path.name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    path.write_bytes(data)
+    return path
+
+
+def write_jsonl(path: Path, records: list[Any]) -> Path:
+    """One JSON line per record; ``bytes`` records are written as they are (for malformed lines)."""
+    return write_lines(path, [r if isinstance(r, bytes) else orjson.dumps(r) for r in records])
+
+
+def build_dataset(prefix: Path, docs: list[list[list[int]]], dtype: Any = np.uint16) -> str:
+    """A Megatron dataset at ``prefix`` whose documents are given as lists of sequences."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with IndexedDatasetBuilder(prefix, dtype) as builder:
+        for doc in docs:
+            for seq in doc:
+                builder.add_item(seq)
+            builder.end_document()
+    return str(prefix)

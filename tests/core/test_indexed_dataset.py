@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.utils import build_dataset
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core import indexed_dataset as idd
 from workflow_scripts.core.indexed_dataset import (
@@ -37,15 +38,6 @@ GOLDEN = bytes.fromhex(
     "0000000000000000 0600000000000000"
     "0000000000000000 0100000000000000 0200000000000000".replace(" ", "")
 )
-
-
-def build(prefix: Path, docs: list[list[list[int]]], dtype=np.uint16) -> None:
-    """Write documents given as lists of sequences."""
-    with IndexedDatasetBuilder(prefix, dtype) as b:
-        for doc in docs:
-            for seq in doc:
-                b.add_item(seq)
-            b.end_document()
 
 
 def raw_idx(
@@ -97,7 +89,7 @@ def random_docs(rng: np.random.Generator, n: int, high: int, max_seqs: int = 3) 
 
 
 def test_golden_vector_byte_exact(tmp_path):
-    build(tmp_path / "g", [[[1, 2, 3]], [[4, 5]]], np.uint16)
+    build_dataset(tmp_path / "g", [[[1, 2, 3]], [[4, 5]]], np.uint16)
     assert len(GOLDEN) == 82
     assert (tmp_path / "g.idx").read_bytes() == GOLDEN
     assert (tmp_path / "g.bin").read_bytes() == np.array([1, 2, 3, 4, 5], "<u2").tobytes()
@@ -124,7 +116,7 @@ def test_golden_vector_reads(tmp_path):
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.dtype(np.uint16), "uint16", np.dtype("<u2")])
 def test_dtype_as_type_instance_or_name(tmp_path, dtype):
-    build(tmp_path / "g", [[[1, 2, 3]], [[4, 5]]], dtype)
+    build_dataset(tmp_path / "g", [[[1, 2, 3]], [[4, 5]]], dtype)
     assert (tmp_path / "g.idx").read_bytes() == GOLDEN
 
 
@@ -184,7 +176,7 @@ def test_round_trip_random(tmp_path, dtype, high):
     docs = random_docs(rng, 300, high)
     docs[5] = []  # a document with no sequence
     docs[6] = [[]]  # a document with one empty sequence
-    build(tmp_path / "r", docs, dtype)
+    build_dataset(tmp_path / "r", docs, dtype)
     ds = IndexedDataset(tmp_path / "r")
     seqs = [s for d in docs for s in d]
     assert ds.dtype == np.dtype(dtype)
@@ -290,7 +282,7 @@ def test_dataset_with_nothing(tmp_path):
 
 
 def test_documents_span_and_bounds(tmp_path):
-    build(tmp_path / "d", [[[1, 2], [3]], [[4, 5, 6]], [], [[7]]], np.int32)
+    build_dataset(tmp_path / "d", [[[1, 2], [3]], [[4, 5, 6]], [], [[7]]], np.int32)
     ds = IndexedDataset(tmp_path / "d")
     span = ds.documents(1, 4)
     assert (span.doc_start, span.doc_stop, span.seq_start, span.seq_stop) == (1, 4, 2, 4)
@@ -316,7 +308,7 @@ def test_exception_in_builder_leaves_no_files(tmp_path):
 
 
 def test_failed_rewrite_keeps_previous_files(tmp_path):
-    build(tmp_path / "a", [[[1]]])
+    build_dataset(tmp_path / "a", [[[1]]])
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(RuntimeError), IndexedDatasetBuilder(tmp_path / "a", np.uint16) as b:
         b.add_document([9, 9])
@@ -455,7 +447,7 @@ def three(tmp_path):
     docs = {name: random_docs(rng, n, 100_000) for name, n in [("c", 5), ("a", 7), ("b", 4)]}
     docs["a"][2] = []
     for name, d in docs.items():
-        build(tmp_path / name, d, np.int32)
+        build_dataset(tmp_path / name, d, np.int32)
     return tmp_path, docs
 
 
@@ -481,15 +473,15 @@ def test_merge_in_given_order(three):
 
 
 def test_merge_doc_idx_megatron_semantics(tmp_path):
-    build(tmp_path / "x", [[[1], [2]], [[3]]])  # doc_idx [0, 2, 3]
-    build(tmp_path / "y", [[], [[4]], [[5], [6]]])  # doc_idx [0, 0, 1, 3]
+    build_dataset(tmp_path / "x", [[[1], [2]], [[3]]])  # doc_idx [0, 2, 3]
+    build_dataset(tmp_path / "y", [[], [[4]], [[5], [6]]])  # doc_idx [0, 0, 1, 3]
     merge([tmp_path / "x", tmp_path / "y", tmp_path / "x"], tmp_path / "m")
     assert IndexedDataset(tmp_path / "m").doc_idx.tolist() == [0, 2, 3, 3, 4, 6, 8, 9]
 
 
 def test_merge_with_empty_input(tmp_path):
-    build(tmp_path / "e", [])
-    build(tmp_path / "x", [[[1, 2]]])
+    build_dataset(tmp_path / "e", [])
+    build_dataset(tmp_path / "x", [[[1, 2]]])
     merge([tmp_path / "e", tmp_path / "x", tmp_path / "e"], tmp_path / "m")
     ds = IndexedDataset(tmp_path / "m")
     assert ds.doc_idx.tolist() == [0, 1]
@@ -497,15 +489,15 @@ def test_merge_with_empty_input(tmp_path):
 
 
 def test_merge_dtype_mismatch(tmp_path):
-    build(tmp_path / "u", [[[1]]], np.uint16)
-    build(tmp_path / "i", [[[1]]], np.int32)
+    build_dataset(tmp_path / "u", [[[1]]], np.uint16)
+    build_dataset(tmp_path / "i", [[[1]]], np.int32)
     with pytest.raises(IndexedDatasetError, match=r"i\.idx: dtype int32 differs from .*u\.idx \(uint16\)"):
         merge([tmp_path / "u", tmp_path / "i"], tmp_path / "m")
     assert not list(tmp_path.glob("m*")) and not list(tmp_path.glob(".m*"))
 
 
 def test_merge_refuses_broken_input_and_self(tmp_path):
-    build(tmp_path / "ok", [[[1]]])
+    build_dataset(tmp_path / "ok", [[[1]]])
     write_raw(tmp_path / "bad", raw_idx(doc_idx=[0, 1]))
     with pytest.raises(IndexedDatasetError, match=r"bad\.idx: doc_idx\[-1\] = 1"):
         merge([tmp_path / "ok", tmp_path / "bad"], tmp_path / "m")
@@ -544,7 +536,7 @@ def test_copy_range_and_fallbacks(tmp_path, monkeypatch, fallback):
 
 def test_write_slice(tmp_path):
     docs = [[[1, 2], [3]], [[4]], [], [[5, 6, 7]], [[8], [9], []]]
-    build(tmp_path / "s", docs, np.int32)
+    build_dataset(tmp_path / "s", docs, np.int32)
     for a, b in [(0, 5), (1, 4), (2, 3), (3, 3), (4, 5), (0, 1)]:
         out = tmp_path / f"out_{a}_{b}"
         info = write_slice(tmp_path / "s", [(a, b)], out)
@@ -562,7 +554,7 @@ def test_write_slice(tmp_path):
 
 def test_slices_merge_back_to_the_source(tmp_path):
     rng = np.random.default_rng(5)
-    build(tmp_path / "src", random_docs(rng, 50, 65536), np.uint16)
+    build_dataset(tmp_path / "src", random_docs(rng, 50, 65536), np.uint16)
     cuts = [0, 13, 13, 31, 50]
     parts = []
     for i, (a, b) in enumerate(itertools.pairwise(cuts)):
@@ -577,8 +569,8 @@ def test_slices_merge_back_to_the_source(tmp_path):
 
 
 def test_cli_verify_info_merge(tmp_path, capsys):
-    build(tmp_path / "a", [[[1, 2, 3]], [[4, 5]]])
-    build(tmp_path / "b", [[[6]]])
+    build_dataset(tmp_path / "a", [[[1, 2, 3]], [[4, 5]]])
+    build_dataset(tmp_path / "b", [[[6]]])
     write_raw(tmp_path / "bad", raw_idx(version=3))
 
     assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
@@ -615,7 +607,7 @@ def test_cli_verify_info_merge(tmp_path, capsys):
     assert entry["inputs"][1]["bin_bytes"] == 10
     assert (entry["documents"], entry["sequences"], entry["tokens"]) == (3, 3, 6)
 
-    build(tmp_path / "i32", [[[1]]], np.int32)
+    build_dataset(tmp_path / "i32", [[[1]]], np.int32)
     assert (
         snakepack(["merge", "--output", str(tmp_path / "x"), str(tmp_path / "a"), str(tmp_path / "i32")]) == 2
     )
@@ -625,7 +617,7 @@ def test_cli_verify_info_merge(tmp_path, capsys):
 
 
 def test_cli_as_module(tmp_path):
-    build(tmp_path / "a", [[[1]]])
+    build_dataset(tmp_path / "a", [[[1]]])
     run = subprocess.run(
         [
             sys.executable,

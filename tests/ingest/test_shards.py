@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from tests.utils import write_jsonl, write_lines
 from workflow_scripts.core.fsio import open_binary, read_json
 from workflow_scripts.core.stage_stats import UnbalancedStats
 from workflow_scripts.ingest import shards as ingest_mod
@@ -38,20 +39,6 @@ TEXTS = ["Hello world", "Grüße aus Köln", "Привет, мир", "東京は�
 def options(**kw: Any) -> IngestOptions:
     group = {} if "name_regex" in kw else {"lang": "en", "domain": "web", "subdomain": "cc"}
     return IngestOptions(**{"shard_size": 1 << 20, **group, **kw})
-
-
-def write_lines(path: Path, lines: list[bytes]) -> Path:
-    data = b"".join(line + b"\n" for line in lines)
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data, mtime=0)
-    elif path.name.endswith(".zst"):
-        data = zstandard.ZstdCompressor().compress(data)
-    path.write_bytes(data)
-    return path
-
-
-def write_jsonl(path: Path, records: list[Any]) -> Path:
-    return write_lines(path, [orjson.dumps(r) for r in records])
 
 
 def shard_records(out: Path) -> list[dict[str, Any]]:

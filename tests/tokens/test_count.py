@@ -6,33 +6,22 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from tests.utils import build_dataset
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core import naming
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import count
-
-
-def build(path: Path, docs: list[list[list[int]]]) -> str:
-    """A dataset whose documents are lists of sequences."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with IndexedDatasetBuilder(path, np.uint16) as builder:
-        for doc in docs:
-            for seq in doc:
-                builder.add_item(seq)
-            builder.end_document()
-    return str(path)
 
 
 @pytest.fixture
 def tokenized(tmp_path: Path) -> list[str]:
     root = tmp_path / "results" / "tokenized"
     return [
-        build(root / "en_web_cc_split_0002_text_document", [[[1, 2, 3]], [[4, 5]]]),
-        build(root / "de_news_wire_split_0001_text_document", [[[1], [2, 3]], [], [[4, 5, 6, 7]]]),
+        build_dataset(root / "en_web_cc_split_0002_text_document", [[[1, 2, 3]], [[4, 5]]]),
+        build_dataset(root / "de_news_wire_split_0001_text_document", [[[1], [2, 3]], [], [[4, 5, 6, 7]]]),
     ]
 
 
@@ -109,7 +98,7 @@ def test_links_survive_moving_the_tree_and_rebuilds_drop_stale_links(
     assert IndexedDataset(moved / "counted" / name).document(1).tolist() == [4, 5]
 
     # The English shard is re-tokenized with one more document: the old count name must disappear.
-    build(Path(tokenized[0]), [[[1, 2, 3]], [[4, 5]], [[6]]])
+    build_dataset(Path(tokenized[0]), [[[1, 2, 3]], [[4, 5]], [[6]]])
     sig = count.build_signature(tokenized, str(links))
     count.make_links(sig["prefixes"], str(links))
     assert sorted(p.name for p in links.iterdir() if p.name.startswith("en_")) == [

@@ -13,6 +13,7 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
+from tests.utils import write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
@@ -64,12 +65,6 @@ def make_text(rng: random.Random, lang: str, sentences: int) -> str:
     return "\n".join(
         joiner.join(rng.choices(WORDS[lang], k=rng.randint(4, 12))) + "." for _ in range(sentences)
     )
-
-
-def write_jsonl(path: Path, records: list[dict | bytes]) -> Path:
-    lines = [r if isinstance(r, bytes) else orjson.dumps(r) for r in records]
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
 
 
 @pytest.fixture(scope="session")
