@@ -29,7 +29,7 @@ import numpy as np
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path, merge, verify
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import slice_pack
+from workflow_scripts.datapacks.slicer import pack_spec, slice_pack
 
 LANGS = ["en", "de", "fr", "ru", "zh", "ja"]
 GOAL_RATIO = 0.8
@@ -99,7 +99,7 @@ def main() -> None:
 
         def run_slice() -> None:
             slices.mkdir(exist_ok=True)
-            slice_pack(plan, pack["name"], str(slices), None, None)
+            slice_pack(pack_spec(plan, 0, {}), str(slices), None, None)
 
         def clear(name: str) -> None:
             """Remove a step's previous output outside the timing (freeing 1 GB of blocks takes a while)."""

@@ -1,15 +1,19 @@
 """Paths, names and input functions shared by the rules. Only cheap, pure Python: no data is read at parse
 time except the small manifests of finished checkpoints (ingest groups, dedup assignments, the plan).
 
-How incremental reruns work (each device is also commented at its use).
-- ingest and the plan are checkpoints: the DAG learns the shards and the packs once they exist;
-- dedup_filter reads the cluster step's assignments as an ``ancient`` input and reruns for a shard only when
-  the digest of its own assignment changes (a param);
-- slice_pack reads its sources as ``ancient`` inputs and reruns only when its own plan entry changes (a param).
+How incremental reruns work (each device is also commented at its use). File contents and modification
+times carry every change; no param is computed from data.
+- ingest (per group), dedup_cluster and plan are checkpoints: the DAG learns the shards, the per-shard dedup
+  outcome and the packs once they exist, and Snakemake re-evaluates what depends on them after they ran;
+- dedup_cluster rewrites a shard's assignment file only when that shard's outcome changed, so only those
+  shards are filtered and tokenized again;
+- plan writes one spec file per pack (its slices and the content identity of every source it reads),
+  rewritten only when it changed, so only those packs are sliced and merged again.
+Input functions that list per-shard files after dedup ask the dedup_cluster checkpoint first: while it is
+pending, the per-shard jobs after it are not in the DAG yet, which keeps planning linear in the shard count.
 """
 
 import functools
-import hashlib
 import json
 import shlex
 
@@ -37,12 +41,14 @@ SHARD_EXT = naming.shard_suffix(config["ingest"]["compress"])
 SHARD = naming.shard_name("{group}", "{split}")  # the shard name as wildcards
 DEDUP = f"{OUT}/dedup"
 DEDUP_WORK = f"{DEDUP}/_work"
+ASSIGN = f"{DEDUP_WORK}/assign"  # the cluster step's per-shard store (see the module docstring)
 # The tokenizer reads the deduplicated shards, or the ingested ones when dedup is off.
 CORPUS = DEDUP if config["dedup"]["enabled"] else SHARDS
 TOK = f"{OUT}/tokenized"
 TOKENIZER = config["tokenizer"]["model"] or f"{OUT}/tokenizer/spm.model"
 DATAPACKS = f"{OUT}/datapacks"
 MERGED = f"{OUT}/merged"
+SPECS = f"{DATAPACKS}/_specs"  # the plan's per-pack spec files (see the module docstring)
 
 # Each stage's settings, rendered as the options of its command (defaults from config/schema.yaml).
 DEDUP_ARGS = shlex.join(to_args(from_config(DedupSettings, config["dedup"], seed=config["seed"])))
@@ -91,8 +97,15 @@ def get_shards(wildcards=None):
     return [s for group in GROUPS for s in group_shards(group)]
 
 
+def dedup_done():
+    """Raise (and so wait) while the dedup_cluster checkpoint is pending; nothing to wait for without dedup."""
+    if config["dedup"]["enabled"]:
+        checkpoints.dedup_cluster.get()
+
+
 def get_corpus_shards(wildcards=None):
     """The shards the tokenizer reads: deduplicated (same names) or as ingested."""
+    dedup_done()
     return [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in get_shards()]
 
 
@@ -101,6 +114,7 @@ def get_signatures(wildcards=None):
 
 
 def get_dedup_stats(wildcards=None):
+    dedup_done()
     return [f"{DEDUP_WORK}/stats/{naming.shard_stem(s)}.stats.json" for s in get_shards()]
 
 
@@ -111,12 +125,20 @@ def get_pair_files():
     return exact + [f"{DEDUP_WORK}/pairs/bands_{g}_{p}.pairs" for g in range(config["dedup"]["band_groups"]) for p in parts]
 
 
-def get_assign_digest(wildcards):
-    """Digest of a shard's own dedup assignment (which of its rows go, and to which kept document)."""
-    assign_dir = checkpoints.dedup_cluster.get().output.assign
-    path = f"{assign_dir}/{naming.shard_name(wildcards.group, wildcards.split)}.assign.json"
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+def assignment(wildcards):
+    """Where the cluster step keeps a shard's dedup assignment."""
+    return f"{ASSIGN}/{naming.shard_name(wildcards.group, wildcards.split)}.assign.json"
+
+
+def get_assignment(wildcards):
+    """A shard's own dedup assignment, once the cluster step ran (rewritten only when it changes).
+
+    A shard the cluster step has not seen yet (a new one, after a partial run) waits for the cluster
+    summary instead, which is newer than the shard's outputs once the cluster step ran.
+    """
+    dedup_done()
+    path = assignment(wildcards)
+    return path if os.path.exists(path) else f"{DEDUP_WORK}/cluster_summary.json"
 
 
 def get_tokenized_prefixes(wildcards=None):
@@ -156,11 +178,9 @@ def planned_packs():
 
 
 def get_pack_spec(wildcards):
-    """A pack's own entry of the plan: the slicer reruns for a pack only when this changes."""
-    plan = read_plan()
-    index = planned_packs().index(wildcards.pack)
-    pack = plan["packs"][index]
-    return json.dumps({"index": index, "slices": pack["slices"], "shuffle": plan["shuffle"]}, sort_keys=True)
+    """A pack's spec file, once the plan ran (rewritten only when what the pack would hold changed)."""
+    checkpoints.plan.get()
+    return f"{SPECS}/{wildcards.pack}.json"
 
 
 def get_previous_state(wildcards):
@@ -173,14 +193,14 @@ def get_previous_state(wildcards):
 def get_pack_sources(wildcards):
     """The tokenized sources (or their shuffled copies) a pack reads.
 
-    ancient(): the count links are remade on every count run; what a pack takes is in its plan entry
-    (get_pack_spec, with count-stamped names), so only a change there reruns the pack.
+    ancient(): the count links are remade on every count run, and a re-tokenization may give the same
+    tokens; the spec holds each source's content identity, so a change of content reruns the pack.
     """
-    spec = json.loads(get_pack_spec(wildcards))
-    names = sorted({s["source"] for s in spec["slices"]})
-    if spec["shuffle"]:
+    pack = read_plan()["packs"][planned_packs().index(wildcards.pack)]
+    if config["datapacks"]["shuffle"]:
+        names = sorted({s["source"] for s in pack["slices"]})
         return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
-    return [ancient(p) for p in sorted({s["prefix"] + ext for s in spec["slices"] for ext in (".bin", ".idx")})]
+    return [ancient(p) for p in sorted({s["prefix"] + ext for s in pack["slices"] for ext in (".bin", ".idx")})]
 
 
 def get_merged_packs(wildcards):

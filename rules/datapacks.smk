@@ -21,7 +21,8 @@ rule mixture:
         " --mixture-json {params.mixture:q} --output {output:q} > {log:q} 2>&1"
 
 
-# A checkpoint: the packs (names, slices) are known once the plan is made.
+# A checkpoint: the packs are known once the plan is made; after it ran, each pack is re-evaluated against
+# its spec file, which the plan rewrites only when it changed.
 checkpoint plan:
     input:
         signature=f"{TOK}/signature.json",
@@ -36,11 +37,13 @@ checkpoint plan:
     params:
         config=plan_config(),
         merged=MERGED,
+        specs=SPECS,
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts plan --config-json {params.config:q} --signature {input.signature:q}"
         " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
+        " --specs-dir {params.specs:q}"
         " 2>&1 | tee {log:q}"
 
 
@@ -66,8 +69,10 @@ rule shuffle_source:
 
 rule slice_pack:
     input:
-        # ancient(): the plan is rewritten whenever any pack changes; the spec param below reruns a pack only
-        # when its own entry changed. Its sources are ancient too (see get_pack_sources).
+        # The plan rewrites a pack's spec only when the pack's slices or its sources' content changed.
+        spec=get_pack_spec,
+        # The edge to the plan (the specs are not declared outputs); ancient(): a new plan alone reruns
+        # nothing.
         plan=ancient(f"{OUT}/plan.json"),
         state=get_previous_state,
         sources=get_pack_sources,
@@ -81,7 +86,6 @@ rule slice_pack:
     benchmark:
         f"{BENCH}/datapacks/slice_{{pack}}.tsv"
     params:
-        spec=get_pack_spec,
         state=lambda wildcards, input: shlex.join(["--state-in", *input.state]) if input.state else "",
         sources=lambda wildcards: (
             shlex.join(["--sources-dir", f"{DATAPACKS}/sources"]) if config["datapacks"]["shuffle"] else ""
@@ -89,7 +93,7 @@ rule slice_pack:
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts slice --plan {input.plan:q} --pack {wildcards.pack} {params.state}"
+        "python -m workflow_scripts slice --spec {input.spec:q} {params.state}"
         " {params.sources} --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
         " --stats {output.stats:q} > {log:q} 2>&1"
 

@@ -61,19 +61,21 @@ rule dedup_bands:
         " --output {output:q} > {log:q} 2>&1"
 
 
-# A checkpoint: get_assign_digest reads each shard's assignment to decide which shards to filter again.
+# A checkpoint: after it ran, the filters are re-evaluated against their own assignment files, which it
+# rewrites only when they change (ASSIGN is its store, not a declared output: Snakemake would empty it).
 checkpoint dedup_cluster:
     input:
         signatures=get_signatures,
         pairs=get_pair_files(),
     output:
-        assign=directory(f"{DEDUP_WORK}/assign"),
         clusters=f"{DEDUP}/clusters.tsv",
         summary=f"{DEDUP_WORK}/cluster_summary.json",
     log:
         f"{LOGS}/dedup/cluster.log",
     benchmark:
         f"{BENCH}/dedup/cluster.tsv"
+    params:
+        assign=ASSIGN,
     conda:
         "../envs/dedup.yaml"
     shell:
@@ -81,16 +83,18 @@ checkpoint dedup_cluster:
         + " && "
         + write_list("{input.pairs:q}", "{log:q}.pairs")
         + " && python -m workflow_scripts dedup-cluster --signatures @{log:q}.signatures --pairs @{log:q}.pairs"
-        " --assign-dir {output.assign:q} --clusters {output.clusters:q} --summary {output.summary:q}"
+        " --assign-dir {params.assign:q} --clusters {output.clusters:q} --summary {output.summary:q}"
         " > {log:q} 2>&1"
 
 
 rule dedup_filter:
     input:
         shard=f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
-        # ancient(): every cluster run rewrites all assignments; the assign_digest param below reruns a
-        # shard only when its own assignment changed.
-        assign=ancient(f"{DEDUP_WORK}/assign"),
+        # Rewritten by the cluster step only when this shard's outcome changes.
+        assign=get_assignment,
+        # The edge to the cluster step (the assignment store is not a declared output); ancient(): a new
+        # clusters.tsv alone reruns nothing.
+        clusters=ancient(f"{DEDUP}/clusters.tsv"),
     output:
         kept=f"{DEDUP}/{{group}}/{SHARD}{SHARD_EXT}",
         removed=f"{DEDUP}/{{group}}/removed/{SHARD}{SHARD_EXT}",
@@ -100,8 +104,7 @@ rule dedup_filter:
     benchmark:
         f"{BENCH}/dedup/filter/{SHARD}.tsv"
     params:
-        assign=lambda wildcards, input: f"{input.assign}/{naming.shard_name(wildcards.group, wildcards.split)}.assign.json",
-        assign_digest=get_assign_digest,
+        assign=assignment,
     conda:
         "../envs/dedup.yaml"
     shell:

@@ -48,6 +48,13 @@ class Workflow:
             else:
                 shutil.copy2(src, root / name)
 
+    def clone(self, dest: Path) -> Workflow:
+        """A copy of this workflow with its results and Snakemake's records, modification times kept."""
+        shutil.copytree(self.root, dest, symlinks=True)
+        copy = Workflow.__new__(Workflow)
+        copy.root = dest
+        return copy
+
     def run(
         self, *args: str, timeout_s: int = 600, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess:

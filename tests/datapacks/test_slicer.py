@@ -13,7 +13,7 @@ from workflow_scripts.core.indexed_dataset import (
 )
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import StateMismatch, slice_main, slice_pack, write_shuffled
+from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack, write_shuffled
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
@@ -69,13 +69,12 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources) -> None:
     write_json(tmp / "plan.json", plan)
     assert len(plan["packs"]) == 4
     state = None
-    for pack in plan["packs"]:
+    for index, pack in enumerate(plan["packs"]):
         out = tmp / pack["name"]
+        write_json(tmp / "spec.json", pack_spec(plan, index, {}))
         args = [
-            "--plan",
-            str(tmp / "plan.json"),
-            "--pack",
-            pack["name"],
+            "--spec",
+            str(tmp / "spec.json"),
             "--out-dir",
             str(out),
             "--state-out",
@@ -106,7 +105,7 @@ def test_state_mismatch_is_refused(sources) -> None:
     plan = plan_for(sig)
     write_json(tmp / "bad_state.json", {"pack": "x", "cursors": {"en_web_a": {"epoch": 0, "doc": 1}}})
     with pytest.raises(StateMismatch):
-        slice_pack(plan, plan["packs"][1]["name"], str(tmp / "p1"), str(tmp / "bad_state.json"), None)
+        slice_pack(pack_spec(plan, 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"), None)
 
 
 def test_shuffled_copy_follows_the_plans_order(sources) -> None:

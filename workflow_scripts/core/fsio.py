@@ -14,12 +14,18 @@ from typing import IO, Any
 import orjson
 
 
+def temp_sibling(path: Path) -> Path:
+    """The one temporary name of ``path``: a rerun of the job that writes ``path`` (after a crash) reuses,
+    and so replaces, what a killed run left there. It keeps the suffix (.zst, .gz)."""
+    return path.with_name(f".tmp.{path.name}")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")  # keeps the suffix (.zst, .gz)
+    tmp = temp_sibling(final)
     try:
         yield tmp
         os.replace(tmp, final)
@@ -33,8 +39,8 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary sibling directory that replaces the directory ``path`` if the block succeeds."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".tmp{os.getpid()}.{final.name}")
-    old = final.with_name(f".old{os.getpid()}.{final.name}")
+    tmp = temp_sibling(final)
+    old = final.with_name(f".old.{final.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -45,6 +51,20 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def write_if_changed(path: str | os.PathLike[str], data: bytes) -> bool:
+    """Write ``data`` to ``path`` atomically unless it already holds exactly that; return whether it wrote.
+
+    An unchanged file keeps its modification time, so the jobs that read it are not rerun.
+    """
+    final = Path(path)
+    with contextlib.suppress(FileNotFoundError):
+        if final.stat().st_size == len(data) and final.read_bytes() == data:
+            return False
+    with atomic_path(final) as tmp:
+        tmp.write_bytes(data)
+    return True
 
 
 def dumps_json(obj: Any) -> bytes:

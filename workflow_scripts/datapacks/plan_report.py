@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pandas as pd
 
-from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write_if_changed, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
+from workflow_scripts.datapacks.slicer import pack_spec
 
 
 def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
@@ -137,6 +139,31 @@ def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
         pack["megatron_data_args"] = ["--data-path", prefix, "--split", "100,0,0"]
 
 
+def stale_packs(plan: dict[str, Any], merged_dir: str) -> list[str]:
+    """Merged packs left by an earlier, longer plan."""
+    planned = {p["name"] for p in plan["packs"]}
+    root = Path(merged_dir)
+    return (
+        sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in planned)
+        if root.is_dir()
+        else []
+    )
+
+
+def write_specs(plan: dict[str, Any], signature: list[dict[str, Any]], specs_dir: str) -> None:
+    """``{specs_dir}/{pack}.json`` for every pack, written only when it changed; specs of packs that are no
+    longer planned are removed."""
+    identities = {e["prefix"]: e.get("identity") for e in signature}
+    for index, pack in enumerate(plan["packs"]):
+        write_if_changed(
+            Path(specs_dir) / f"{pack['name']}.json", dumps_json(pack_spec(plan, index, identities))
+        )
+    planned = {f"{p['name']}.json" for p in plan["packs"]}
+    for old in Path(specs_dir).glob("*.json"):
+        if old.name not in planned:
+            old.unlink()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config-json", required=True, help="JSON with seed, training, datapacks, mixtures")
@@ -145,16 +172,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--csv", required=True, dest="out_csv")
     parser.add_argument("--md", required=True, dest="out_md")
     parser.add_argument("--merged-dir", required=True, help="where the merged packs go: {dir}/{pack}/{pack}")
+    parser.add_argument(
+        "--specs-dir", required=True, help="one spec file per pack, rewritten only if changed"
+    )
     args = parser.parse_args(argv)
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
     settings = PlanSettings.from_config(config)
     plan = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
     add_trainer_settings(plan, args.merged_dir)
+    write_specs(plan, signature, args.specs_dir)
+    stale = stale_packs(plan, args.merged_dir)
     write_json(args.out_json, plan)
     with atomic_path(args.out_csv) as tmp:
         plan_rows(plan).to_csv(tmp, index=False)
     text = markdown(plan)
+    if stale:
+        print(
+            f"warning: merged packs not in this plan (do not train on them): {', '.join(stale)}",
+            file=sys.stderr,
+        )
+        text += (
+            f"\n**Stale packs** in {args.merged_dir} (not in this plan; delete them): {', '.join(stale)}\n"
+        )
     with atomic_path(args.out_md) as tmp:
         tmp.write_text(text)
     sys.stdout.write(text)

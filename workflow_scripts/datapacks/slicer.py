@@ -1,5 +1,9 @@
 """Cut one datapack's slices out of the tokenized sources, continuing from the previous pack's cursor.
 
+A pack is cut from its *spec* (``pack_spec``): its entry of the plan, the cursors it starts from, and the
+content identity of every source it reads. The plan writes one spec file per pack and rewrites it only
+when it changes, so a pack is cut again exactly when what it would hold can have changed.
+
 Slices are byte-range copies of the source ``.bin`` plus index arithmetic (no re-tokenization), named as in
 seed 000: ``{source}_slice{k}_{first_doc}_{tokens}``. The pack's ``state.json`` holds the cursor of every
 source after the pack; the next pack starts from it, so the chain of packs is explicit in the DAG.
@@ -64,15 +68,26 @@ def pack_start(plan: dict[str, Any], index: int) -> dict[str, dict[str, int]]:
     return plan["packs"][index - 1]["state_after"]
 
 
+def pack_spec(plan: dict[str, Any], index: int, identities: dict[str, Any]) -> dict[str, Any]:
+    """Everything that decides pack ``index``'s bytes: its plan entry, its start cursors, its sources'
+    identities (``identities``: link prefix -> content identity, from the data signature)."""
+    pack = plan["packs"][index]
+    keys = ("name", "budget", "slices", "state_after")
+    return {
+        **{k: pack[k] for k in keys},
+        "index": index,
+        "start": pack_start(plan, index),
+        "shuffle": plan["shuffle"],
+        "sources": {s["source"]: identities.get(s["prefix"]) for s in pack["slices"]},
+    }
+
+
 def slice_pack(
-    plan: dict[str, Any], pack_name: str, out_dir: str, state_in: str | None, sources_dir: str | None
+    spec: dict[str, Any], out_dir: str, state_in: str | None, sources_dir: str | None
 ) -> dict[str, Any]:
     """Write the pack's slices; return its stats (with the cursor after it under ``state``)."""
-    index = next((i for i, p in enumerate(plan["packs"]) if p["name"] == pack_name), None)
-    if index is None:
-        raise StateMismatch(f"pack {pack_name!r} is not in the plan")
-    pack = plan["packs"][index]
-    expected = pack_start(plan, index)
+    pack, pack_name = spec, spec["name"]
+    expected = spec["start"]
     if state_in is not None:
         state = read_json(state_in)["cursors"]
         if state != expected:
@@ -114,9 +129,8 @@ def slice_pack(
 
 def slice_main(argv: list[str] | None = None) -> None:
     """``snakepack slice``: cut one pack's slices."""
-    p_slice = argparse.ArgumentParser(description="Cut one pack's slices from the plan and the cursor state.")
-    p_slice.add_argument("--plan", required=True)
-    p_slice.add_argument("--pack", required=True)
+    p_slice = argparse.ArgumentParser(description="Cut one pack's slices from its spec and the cursor state.")
+    p_slice.add_argument("--spec", required=True, help="the pack's spec file, written by `snakepack plan`")
     p_slice.add_argument("--state-in", help="state.json of the previous pack (none for the first pack)")
     p_slice.add_argument("--sources-dir", help="read sources from here (their shuffled copies)")
     p_slice.add_argument("--out-dir", required=True)
@@ -125,12 +139,14 @@ def slice_main(argv: list[str] | None = None) -> None:
     p_slice.add_argument("--list", required=True, help="write the slice prefixes here, in merge order")
     args = p_slice.parse_args(argv)
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-    stats = slice_pack(read_json(args.plan), args.pack, args.out_dir, args.state_in, args.sources_dir)
+    stats = slice_pack(read_json(args.spec), args.out_dir, args.state_in, args.sources_dir)
     write_json(args.stats, {k: v for k, v in stats.items() if k != "state"})
     with atomic_path(args.list) as tmp:
         tmp.write_text("".join(s["prefix"] + "\n" for s in stats["slices"]))
-    write_json(args.state_out, {"pack": args.pack, "cursors": stats["state"]})
-    print(f"{args.pack}: {len(stats['slices'])} slices, {stats['tokens']} tokens (budget {stats['budget']})")
+    write_json(args.state_out, {"pack": stats["pack"], "cursors": stats["state"]})
+    print(
+        f"{stats['pack']}: {len(stats['slices'])} slices, {stats['tokens']} tokens (budget {stats['budget']})"
+    )
 
 
 def shuffle_main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.dedup.pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 from workflow_scripts.dedup.verify import jaccard_pairs
@@ -125,7 +126,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--band-group", type=int, required=True, help="this job's bands: j %% band-groups")
     parser.add_argument("--band-groups", type=int, required=True, help="number of band groups (<= bands)")
     parser.add_argument("--partition", type=int, default=0, help="hash-range partition of this job")
-    parser.add_argument("--partitions", type=int, default=1, help="number of hash-range partitions")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=schema_entry("dedup", "partitions")["default"],
+        help="number of hash-range partitions",
+    )
     parser.add_argument("--output", required=True, help="pair file to write")
     args = parser.parse_args(argv)
     stats = write_band_group(

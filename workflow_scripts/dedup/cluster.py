@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from workflow_scripts.core.fsio import atomic_path, write_json
+from workflow_scripts.core.fsio import atomic_path, write_if_changed, write_json
 from workflow_scripts.dedup.pairs import read_pairs
 from workflow_scripts.dedup.shards import ROW_BITS, stem
 from workflow_scripts.dedup.sigset import SignatureSet, split_keys
@@ -130,7 +130,12 @@ def write_clusters(
     clusters_tsv: str | os.PathLike[str],
     summary: str | os.PathLike[str],
 ) -> dict[str, Any]:
-    """Write ``{assign_dir}/{shard stem}.assign.json`` for every shard, the clusters TSV and a summary."""
+    """Write ``{assign_dir}/{shard stem}.assign.json`` for every shard, the clusters TSV and a summary.
+
+    ``assign_dir`` is a store kept between runs: a shard's assignment is rewritten only when it changes (so
+    only the shards whose own outcome changed are filtered and tokenized again), and the assignments of
+    shards that are gone are removed.
+    """
     sigs = SignatureSet(signatures)
     result = cluster(sigs, pair_files)
     nodes = result["nodes"]
@@ -148,8 +153,11 @@ def write_clusters(
                 "reason": [REASONS[r] for r in result["reason"][at]],
                 "duplicate_of": kept,
             }
-            with atomic_path(Path(assign_dir) / f"{stem(name)}.assign.json") as out:
-                out.write_bytes(orjson.dumps(assign))
+            write_if_changed(Path(assign_dir) / f"{stem(name)}.assign.json", orjson.dumps(assign))
+    current = {f"{stem(name)}.assign.json" for name in sigs.names}
+    for old in Path(assign_dir).glob("*.assign.json"):
+        if old.name not in current:
+            old.unlink()
     sizes = np.bincount(result["cluster"])
     counts = np.bincount(result["reason"], minlength=len(REASONS))
     size_hist = np.unique(sizes, return_counts=True)

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.core.settings import schema_entry
 
 LOCALES = {"en": "en_US", "de": "de_DE", "fr": "fr_FR", "ru": "ru_RU", "zh": "zh_CN", "ja": "ja_JP"}
 NO_SPACE_LANGS = frozenset({"zh", "ja"})
@@ -226,8 +227,13 @@ def generate(output_dir: str | Path, seed: int = 1234, scale: float = 1.0) -> di
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every file's document count")
+    parser.add_argument("--seed", type=int, default=schema_entry("", "seed")["default"])
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=schema_entry("sample", "scale")["default"],
+        help="multiply every file's document count",
+    )
     args = parser.parse_args(argv)
     manifest = generate(args.output_dir, args.seed, args.scale)
     total = sum(f["docs"] for f in manifest["files"])

@@ -32,8 +32,8 @@ from typing import Any
 
 from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import atomic_dir, write_json
-from workflow_scripts.core.indexed_dataset import verify
+from workflow_scripts.core.fsio import atomic_dir, read_json, write_json
+from workflow_scripts.core.indexed_dataset import fingerprint, verify
 
 NAME_FIELDS = ("lang", "domain", "subdomain", "split", "key")
 
@@ -48,14 +48,33 @@ def parse_name(prefix: str) -> dict[str, str]:
     return {k: fields[k] for k in NAME_FIELDS}
 
 
+# What decides the tokens beyond the document lengths (min_tokens acts through the .idx alone).
+TOKENIZER_KEYS = ("tokenizer_sha256", "vocab_size", "eod_id", "bos_id", "mode", "sft_markers")
+
+
+def tokenizer_identity(prefix: str) -> dict[str, Any] | None:
+    """What the tokenize stage recorded about the tokenizer and settings that made ``prefix`` (its
+    ``.stats.json``); None for prefixes made elsewhere."""
+    path = Path(prefix + ".stats.json")
+    if not path.is_file():
+        return None
+    stats = read_json(path)
+    return {k: stats.get(k) for k in TOKENIZER_KEYS}
+
+
 def count_prefix(prefix: str) -> dict[str, Any]:
-    """Verify ``prefix`` and return its name fields and counts."""
+    """Verify ``prefix`` and return its name fields, counts and content identity.
+
+    The identity (the ``.idx`` digest, the ``.bin`` size and the tokenizer that made it) changes whenever
+    the tokens can have changed, so a pack that reads this prefix is sliced again.
+    """
     fields = parse_name(prefix)
     summary = verify(prefix)
     name = naming.counted_name(
         os.path.basename(prefix), summary["documents"], summary["sequences"], summary["tokens"]
     )
-    return {"name": name, "source": prefix, **fields, **summary}
+    identity = {**fingerprint(prefix), "tokenizer": tokenizer_identity(prefix)}
+    return {"name": name, "source": prefix, **fields, **summary, "identity": identity}
 
 
 def _relative_link(target: str, link: Path) -> None:

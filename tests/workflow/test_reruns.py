@@ -1,0 +1,253 @@
+"""What a rerun recomputes: every target is a no-op on a finished tree, and each change of the README's
+change -> rerun table reruns exactly what depends on it (judged by which outputs were rewritten)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from tests.utils import REPO, Workflow
+
+RUN = ("--profile", "profiles/local", "--cores", "2")
+EXTRA = "en_extra_x"  # the group of the user source added to the sample
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "sigma",
+    "tau",
+    "omega",
+]
+CONFIG = ("--configfile", "config/config.yaml", "user.yaml")
+
+
+def extra_file(path: Path, seed: int, docs: int = 30) -> None:
+    """Unique English-like documents (no duplicates of anything else)."""
+    rng = random.Random(seed)
+    lines = [
+        {
+            "id": f"x{seed}-{i}",
+            "text": " ".join(rng.choice(WORDS) + str(rng.randint(0, 999)) for _ in range(60)),
+        }
+        for i in range(docs)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
+
+
+def train_model(prefix: Path, corpus: Path, vocab: int) -> Path:
+    """A SentencePiece model trained with the project's CLI on the sample's raw jsonl files."""
+    cli = [sys.executable, "-m", "workflow_scripts"]
+    subprocess.run([*cli, "sample", "--output-dir", str(corpus)], check=True, cwd=REPO, capture_output=True)
+    shards = sorted(map(str, corpus.glob("*.jsonl")))
+    train = [*cli, "train-tokenizer", *shards, "--model-prefix", str(prefix), "--vocab-size", str(vocab)]
+    subprocess.run(train, check=True, cwd=REPO, capture_output=True)
+    return prefix.with_suffix(".model")
+
+
+def user_config(model: Path, extra: bool = True) -> dict:
+    """The sample plus one user source, with a fixed tokenizer (the production setting)."""
+    source = {"name": "extra", "paths": ["extra/*.jsonl"], "lang": "en", "domain": "extra", "subdomain": "x"}
+    return {"tokenizer": {"model": str(model)}, "sources": [source] if extra else []}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+    """The sample plus a user source, run to the end once; tests work on clones of it."""
+    root = tmp_path_factory.mktemp("reruns")
+    model = train_model(root / "spm", root / "corpus", 2000)
+    wf = Workflow(root / "wf")
+    extra_file(wf.root / "extra" / f"{EXTRA}_part-1.jsonl", seed=1)
+    (wf.root / "user.yaml").write_text(yaml.safe_dump(user_config(model)))
+    wf.ok(*RUN, *CONFIG)
+    return wf
+
+
+@pytest.fixture
+def clone(finished: Workflow, tmp_path: Path) -> Workflow:
+    return finished.clone(tmp_path / "wf")
+
+
+def snapshot(wf: Workflow) -> dict[str, int]:
+    results = wf.root / "results"
+    patterns = [
+        "shards/*/*_split_*.jsonl",
+        "dedup/*/*_split_*.jsonl",
+        "dedup/_work/assign/*.json",
+        "tokenized/*_text_document.bin",
+        "datapacks/_specs/*.json",
+        "merged/*/*.bin",
+        "plan.json",
+    ]
+    return {str(p.relative_to(results)): p.stat().st_mtime_ns for pat in patterns for p in results.glob(pat)}
+
+
+def changed(before: dict[str, int], after: dict[str, int]) -> dict[str, set[str]]:
+    """Rewritten or new outputs by kind: the shard group for per-shard outputs, the pack for packs."""
+    kinds: dict[str, set[str]] = {}
+    for path, mtime in after.items():
+        if before.get(path) == mtime:
+            continue
+        parts = Path(path).parts
+        kind = "assign" if parts[:3] == ("dedup", "_work", "assign") else parts[0]
+        name = Path(path).name
+        key = name.split("_split_")[0] if "_split_" in name else name.split(".")[0]
+        kinds.setdefault(kind, set()).add(key)
+    return kinds
+
+
+def rerun(wf: Workflow, *configfiles: str) -> dict[str, set[str]]:
+    before = snapshot(wf)
+    wf.ok(*RUN, *CONFIG, *configfiles)
+    assert "Nothing to be done" in wf.ok(*RUN, "-n", *CONFIG, *configfiles)
+    return changed(before, snapshot(wf))
+
+
+def all_groups(wf: Workflow) -> set[str]:
+    return {p.name for p in (wf.root / "results" / "shards").iterdir() if p.is_dir()}
+
+
+# -- every target is a no-op on a finished tree -----------------------------------------------------------
+
+TARGETS = [
+    (),
+    ("--", "plan"),
+    ("--", "results/shards/stats.json"),
+    ("--", "results/dedup/stats.json"),
+    ("--", "results/tokenized/stats.json"),
+    ("--", "results/tokenized/signature.json"),
+    ("--", "results/merged/main_1/main_1.bin"),
+    ("--", f"results/tokenized/{EXTRA}_split_0000_text_document.bin"),
+    ("--until", "dedup_filter"),
+    ("--until", "tokenize"),
+]
+
+
+def test_every_target_is_a_no_op_on_a_finished_tree(clone: Workflow) -> None:
+    for target in TARGETS:
+        out = clone.ok(*RUN, "-n", *CONFIG, *target)
+        assert "Nothing to be done" in out, (target, out[-2000:])
+    for target in TARGETS[1:4] + TARGETS[6:8]:  # running one target must not leave the others to do
+        clone.ok(*RUN, *CONFIG, *target)
+        out = clone.ok(*RUN, "-n", *CONFIG)
+        assert "Nothing to be done" in out, (target, out[-2000:])
+
+
+# -- the change -> rerun table ---------------------------------------------------------------------------
+
+
+def test_new_raw_file_reruns_its_group_only(clone: Workflow) -> None:
+    extra_file(clone.root / "extra" / f"{EXTRA}_part-2.jsonl", seed=2)
+    kinds = rerun(clone)
+    assert kinds["shards"] == kinds["dedup"] == kinds["tokenized"] == {EXTRA}
+    assert kinds.get("assign", set()) <= {EXTRA}
+    assert "plan.json" in kinds
+
+
+def test_changed_raw_file_reruns_its_group_only(clone: Workflow) -> None:
+    extra_file(clone.root / "extra" / f"{EXTRA}_part-1.jsonl", seed=5)
+    kinds = rerun(clone)
+    assert kinds["shards"] == kinds["dedup"] == kinds["tokenized"] == {EXTRA}
+
+
+def test_mixture_change_replans_and_reslices_only(clone: Workflow) -> None:
+    (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": {"main": {"lang_prob": {"en": 0.8}}}}))
+    kinds = rerun(clone, "mix.yaml")
+    assert set(kinds) == {"plan.json", "datapacks", "merged"}
+    assert "main_1" in kinds["merged"]
+
+
+def test_min_tokens_change_retokenizes_but_keeps_identical_packs(clone: Workflow) -> None:
+    (clone.root / "min.yaml").write_text(yaml.safe_dump({"tokenize": {"min_tokens": 1}}))
+    kinds = rerun(clone, "min.yaml")
+    assert kinds["tokenized"] == all_groups(clone)
+    assert "merged" not in kinds and "datapacks" not in kinds, "the same tokens make the same packs"
+
+
+def test_new_tokenizer_retokenizes_and_reslices_everything(clone: Workflow, tmp_path: Path) -> None:
+    model = train_model(tmp_path / "other", tmp_path / "corpus", 1500)
+    (clone.root / "tok.yaml").write_text(yaml.safe_dump({"tokenizer": {"model": str(model)}}))
+    kinds = rerun(clone, "tok.yaml")
+    assert kinds["tokenized"] == all_groups(clone)
+    packs = {p.name for p in (clone.root / "results" / "merged").iterdir()}
+    assert kinds["merged"] == packs
+    assert "shards" not in kinds and "dedup" not in kinds
+
+
+def test_dedup_threshold_change_refilters_only_the_shards_it_changes(clone: Workflow) -> None:
+    (clone.root / "dd.yaml").write_text(yaml.safe_dump({"dedup": {"threshold": 0.7}}))
+    kinds = rerun(clone, "dd.yaml")
+    assert "shards" not in kinds
+    assert kinds["assign"], "a lower threshold finds more near duplicates"
+    assert kinds["dedup"] == kinds["tokenized"] == kinds["assign"] != all_groups(clone)
+
+
+def test_removed_source_leaves_no_trace_in_the_packs(clone: Workflow, finished: Workflow) -> None:
+    model = yaml.safe_load((clone.root / "user.yaml").read_text())["tokenizer"]["model"]
+    (clone.root / "user.yaml").write_text(yaml.safe_dump(user_config(Path(model), extra=False)))
+    rerun(clone)
+    results = clone.root / "results"
+    signature = orjson.loads((results / "tokenized" / "signature.json").read_bytes())
+    assert all(EXTRA not in e["name"] for e in signature["prefixes"])
+    plan = orjson.loads((results / "plan.json").read_bytes())
+    for pack in plan["packs"]:
+        assert all(EXTRA not in s["source"] for s in pack["slices"])
+        assert EXTRA not in (results / "datapacks" / pack["name"] / "slices.txt").read_text()
+    before = orjson.loads((finished.root / "results" / "plan.json").read_bytes())
+    assert any(EXTRA in s["source"] for p in before["packs"] for s in p["slices"]), "it was in the packs"
+
+
+# -- stuck and stale states ------------------------------------------------------------------------------
+
+
+def test_new_source_after_a_partial_run_does_not_get_stuck(clone: Workflow) -> None:
+    source = {"name": "more", "paths": ["more/*.jsonl"], "lang": "de", "domain": "extra", "subdomain": "y"}
+    config = yaml.safe_load((clone.root / "user.yaml").read_text())
+    config["sources"].append(source)
+    (clone.root / "user.yaml").write_text(yaml.safe_dump(config))
+    extra_file(clone.root / "more" / "de_extra_y_part-1.jsonl", seed=9)
+    clone.ok(*RUN, *CONFIG, "--", "results/shards/stats.json")
+    clone.ok(*RUN, "--until", "dedup_signatures", *CONFIG)
+    out = clone.ok(*RUN, "-n", *CONFIG)
+    assert "Traceback" not in out and "Error" not in out
+    clone.ok(*RUN, *CONFIG)
+    assert (clone.root / "results" / "tokenized" / "de_extra_y_split_0000_text_document.bin").is_file()
+
+
+def test_a_killed_runs_temporary_files_do_not_linger(clone: Workflow) -> None:
+    """A tokenize job killed after its input changed leaves a temporary file and no output; the rerun
+    replaces the temporary file and leaves none behind."""
+    shard = clone.root / "results" / "dedup" / EXTRA / f"{EXTRA}_split_0000.jsonl"
+    shard.write_bytes(b"".join(shard.read_bytes().splitlines(keepends=True)[1:]))  # the job's trigger
+    tokenized = clone.root / "results" / "tokenized"
+    final = tokenized / f"{EXTRA}_split_0000_text_document.bin"
+    final.unlink()
+    (tokenized / f".tmp.{final.name}").write_bytes(b"half a file")  # what the killed job leaves
+    clone.ok(*RUN, *CONFIG)
+    assert final.is_file()
+    assert not list((clone.root / "results").rglob(".tmp.*"))
+
+
+def test_a_shorter_plan_names_the_stale_packs(clone: Workflow) -> None:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    phases = [p for p in config["datapacks"]["phases"] if p["name"] != "cooldown"]
+    (clone.root / "short.yaml").write_text(yaml.safe_dump({"datapacks": {"phases": phases}}))
+    proc = clone.run(*RUN, *CONFIG, "short.yaml")
+    assert proc.returncode == 0, proc.output[-3000:]
+    plan_md = (clone.root / "results" / "plan.md").read_text()
+    assert "**Stale packs**" in plan_md and "cooldown_4" in plan_md
+    assert "cooldown_4" in proc.output and "do not train on them" in proc.output
