@@ -9,8 +9,11 @@ times carry every change; no param is computed from data.
   shards are filtered and tokenized again;
 - plan writes one spec file per pack (its slices and the content identity of every source it reads),
   rewritten only when it changed, so only those packs are sliced and merged again.
-Input functions that list per-shard files after dedup ask the dedup_cluster checkpoint first: while it is
-pending, the per-shard jobs after it are not in the DAG yet, which keeps planning linear in the shard count.
+Planning stays linear in the shard count: input functions that list per-shard files after dedup ask the
+dedup_cluster checkpoint first (while it is pending, the per-shard jobs after it are not in the DAG yet),
+and the gathers over all shards read one list written by a barrier rule (signatures_list, tokenized_list).
+A cluster job (`--mode remote`) builds the DAG of its own job again: there, the lists over all shards are
+expanded only for the rule that the job runs (see `expands`).
 """
 
 import functools
@@ -55,6 +58,17 @@ DEDUP_ARGS = shlex.join(to_args(from_config(DedupSettings, config["dedup"], seed
 TOKENIZER_ARGS = shlex.join(to_args(from_config(TokenizerOptions, config["tokenizer"], seed=config["seed"])))
 # Threads come from the rule's `threads:` (a change of them alone reruns nothing).
 TOKENIZE_ARGS = shlex.join(to_args(from_config(TokenizeOptions, config["tokenize"]), exclude=("threads",)))
+
+
+def expands(*rules):
+    """Whether to list every shard for ``rules``: always in the main process; in a cluster job only for its
+    own rule (upstream gathers are finished, and listing 100,000 shards there would cost every job).
+
+    Asked while the DAG is built (the job's targets are not known yet while the Snakefile is parsed).
+    """
+    if not workflow.remote_exec:
+        return True
+    return any(t.rulename in rules for t in workflow.dag_settings.target_jobs)
 
 
 def write_list(paths_var, list_file):
@@ -105,17 +119,16 @@ def dedup_done():
 
 def get_corpus_shards(wildcards=None):
     """The shards the tokenizer reads: deduplicated (same names) or as ingested."""
+    if not expands("corpus_list", "tokenized_list"):
+        return []
     dedup_done()
     return [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in get_shards()]
 
 
 def get_signatures(wildcards=None):
+    if not expands("signatures_list"):
+        return []
     return [f"{DEDUP_WORK}/sig/{naming.shard_stem(s)}.sig" for s in get_shards()]
-
-
-def get_dedup_stats(wildcards=None):
-    dedup_done()
-    return [f"{DEDUP_WORK}/stats/{naming.shard_stem(s)}.stats.json" for s in get_shards()]
 
 
 def get_pair_files():

@@ -21,9 +21,25 @@ rule dedup_signatures:
         "python -m workflow_scripts dedup-signatures --input {input:q} --output {output:q} {params.settings} > {log:q} 2>&1"
 
 
-rule dedup_exact:
+# A barrier: the one job that lists every signature, so that the gathers below depend on one file (the
+# DAG then grows linearly when the shards become known).
+rule signatures_list:
     input:
         get_signatures,
+    output:
+        f"{DEDUP_WORK}/signatures.txt",
+    log:
+        f"{LOGS}/dedup/signatures.log",
+    localrule: True
+    conda:
+        "../envs/dedup.yaml"
+    shell:
+        write_list("{input:q}", "{output:q}") + " 2> {log:q}"
+
+
+rule dedup_exact:
+    input:
+        f"{DEDUP_WORK}/signatures.txt",
     output:
         f"{DEDUP_WORK}/pairs/exact_{{part}}.pairs",
     log:
@@ -35,14 +51,13 @@ rule dedup_exact:
     conda:
         "../envs/dedup.yaml"
     shell:
-        write_list("{input:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts dedup-exact --signatures @{log:q}.inputs --partition {wildcards.part}"
+        "python -m workflow_scripts dedup-exact --signatures @{input:q} --partition {wildcards.part}"
         " --partitions {params.partitions} --output {output:q} > {log:q} 2>&1"
 
 
 rule dedup_bands:
     input:
-        get_signatures,
+        f"{DEDUP_WORK}/signatures.txt",
     output:
         f"{DEDUP_WORK}/pairs/bands_{{band}}_{{part}}.pairs",
     log:
@@ -55,8 +70,7 @@ rule dedup_bands:
     conda:
         "../envs/dedup.yaml"
     shell:
-        write_list("{input:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts dedup-bands --signatures @{log:q}.inputs --band-group {wildcards.band}"
+        "python -m workflow_scripts dedup-bands --signatures @{input:q} --band-group {wildcards.band}"
         " --band-groups {params.band_groups} --partition {wildcards.part} --partitions {params.partitions}"
         " --output {output:q} > {log:q} 2>&1"
 
@@ -65,7 +79,7 @@ rule dedup_bands:
 # rewrites only when they change (ASSIGN is its store, not a declared output: Snakemake would empty it).
 checkpoint dedup_cluster:
     input:
-        signatures=get_signatures,
+        signatures=f"{DEDUP_WORK}/signatures.txt",
         pairs=get_pair_files(),
     output:
         clusters=f"{DEDUP}/clusters.tsv",
@@ -79,10 +93,8 @@ checkpoint dedup_cluster:
     conda:
         "../envs/dedup.yaml"
     shell:
-        write_list("{input.signatures:q}", "{log:q}.signatures")
-        + " && "
-        + write_list("{input.pairs:q}", "{log:q}.pairs")
-        + " && python -m workflow_scripts dedup-cluster --signatures @{log:q}.signatures --pairs @{log:q}.pairs"
+        write_list("{input.pairs:q}", "{log:q}.pairs")
+        + " && python -m workflow_scripts dedup-cluster --signatures @{input.signatures:q} --pairs @{log:q}.pairs"
         " --assign-dir {params.assign:q} --clusters {output.clusters:q} --summary {output.summary:q}"
         " > {log:q} 2>&1"
 
@@ -114,7 +126,8 @@ rule dedup_filter:
 
 rule dedup_report:
     input:
-        stats=get_dedup_stats,
+        # After the corpus list, every filter job (and so every per-shard statistics file) is done.
+        corpus=f"{CORPUS}/corpus.txt",
         summary=f"{DEDUP_WORK}/cluster_summary.json",
     output:
         stats=f"{DEDUP}/stats.json",
@@ -124,7 +137,8 @@ rule dedup_report:
     localrule: True
     conda:
         "../envs/dedup.yaml"
+    params:
+        stats_dir=f"{DEDUP_WORK}/stats",
     shell:
-        write_list("{input.stats:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts dedup-report --stats @{log:q}.inputs --summary {input.summary:q}"
-        " --output-stats {output.stats:q} --report {output.report:q} > {log:q} 2>&1"
+        "python -m workflow_scripts dedup-report --shards @{input.corpus:q} --stats-dir {params.stats_dir:q}"
+        " --summary {input.summary:q} --output-stats {output.stats:q} --report {output.report:q} > {log:q} 2>&1"

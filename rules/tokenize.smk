@@ -4,9 +4,24 @@ the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/sign
 """
 
 
-rule train_tokenizer:
+# A barrier: the one job that lists every shard the tokenizer reads (see signatures_list).
+rule corpus_list:
     input:
         get_corpus_shards,
+    output:
+        f"{CORPUS}/corpus.txt",
+    log:
+        f"{LOGS}/tokenize/corpus.log",
+    localrule: True
+    conda:
+        "../envs/tokenize.yaml"
+    shell:
+        write_list("{input:q}", "{output:q}") + " 2> {log:q}"
+
+
+rule train_tokenizer:
+    input:
+        f"{CORPUS}/corpus.txt",
     output:
         model=f"{OUT}/tokenizer/spm.model",
         vocab=f"{OUT}/tokenizer/spm.vocab",
@@ -21,8 +36,7 @@ rule train_tokenizer:
         "../envs/tokenize.yaml"
     shell:
         # One trainer thread: the thread count is part of the model (and changes unigram pieces); it takes seconds.
-        write_list("{input:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts train-tokenizer @{log:q}.inputs --model-prefix {params.prefix:q} {params.settings}"
+        "python -m workflow_scripts train-tokenizer @{input:q} --model-prefix {params.prefix:q} {params.settings}"
         " --threads 1 > {log:q} 2>&1"
 
 
@@ -47,9 +61,27 @@ rule tokenize:
         " --tokenizer-model {input.model:q} {params.settings} --threads {threads} > {log:q} 2>&1"
 
 
+# A barrier: the one job that lists every tokenized prefix (see signatures_list).
+rule tokenized_list:
+    input:
+        get_tokenized_files,
+        get_tokenize_stats,
+    output:
+        f"{TOK}/prefixes.txt",
+    log:
+        f"{LOGS}/tokenize/prefixes.log",
+    params:
+        prefixes=lambda wildcards: get_tokenized_prefixes(),
+    localrule: True
+    conda:
+        "../envs/tokenize.yaml"
+    shell:
+        write_list("{params.prefixes:q}", "{output:q}") + " 2> {log:q}"
+
+
 rule tokenize_stats:
     input:
-        get_tokenize_stats,
+        f"{TOK}/prefixes.txt",
     output:
         f"{TOK}/stats.json",
     log:
@@ -58,23 +90,20 @@ rule tokenize_stats:
     conda:
         "../envs/data.yaml"
     shell:
-        write_list("{input:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts stats --stage tokenize --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
+        "sed 's/$/.stats.json/' {input:q} > {log:q}.inputs"
+        " && python -m workflow_scripts stats --stage tokenize --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
 
 
 rule count:
     input:
-        get_tokenized_files,
+        f"{TOK}/prefixes.txt",
     output:
         links=directory(f"{TOK}/counted"),
         signature=f"{TOK}/signature.json",
     log:
         f"{LOGS}/count.log",
-    params:
-        prefixes=lambda wildcards: get_tokenized_prefixes(),
     conda:
         "../envs/data.yaml"
     shell:
-        write_list("{params.prefixes:q}", "{log:q}.inputs")
-        + " && python -m workflow_scripts count --prefixes @{log:q}.inputs --links-dir {output.links:q}"
+        "python -m workflow_scripts count --prefixes @{input:q} --links-dir {output.links:q}"
         " --signature {output.signature:q} > {log:q} 2>&1"

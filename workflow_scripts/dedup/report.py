@@ -17,6 +17,7 @@ from typing import Any
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.core.stage_stats import UnbalancedStats, check_balance
 from workflow_scripts.dedup.settings import DedupSettings
+from workflow_scripts.dedup.shards import stem
 
 FIELDS = ("in", "out", "exact", "near")
 
@@ -120,10 +121,16 @@ def write_report(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
-    parser.add_argument("--stats", nargs="+", required=True, help="all per-shard statistics (or @list.txt)")
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--stats", nargs="+", help="all per-shard statistics (or @list.txt)")
+    given.add_argument("--shards", nargs="+", help="all filtered shards (or @list.txt), with --stats-dir")
+    parser.add_argument("--stats-dir", help="the filter step's {shard stem}.stats.json files are here")
     parser.add_argument("--summary", required=True, help="cluster summary JSON of the cluster step")
     parser.add_argument("--output-stats", required=True, help="statistics JSON to write")
     parser.add_argument("--report", required=True, help="report JSON to write")
     args = parser.parse_args(argv)
-    s = write_report(args.stats, args.summary, args.output_stats, args.report)
+    if args.shards and not args.stats_dir:
+        parser.error("--shards needs --stats-dir")
+    stats = args.stats or [os.path.join(args.stats_dir, f"{stem(s)}.stats.json") for s in args.shards]
+    s = write_report(stats, args.summary, args.output_stats, args.report)
     print(f"dedup report: {s['docs_in']} in, {s['docs_out']} out, removed {s['removed']}")

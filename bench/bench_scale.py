@@ -1,0 +1,250 @@
+"""Benchmark: planning at scale. How long `snakemake -n` takes over 1,000 / 10,000 / 100,000 shards, and
+how long one Slurm job's own start takes, next to plain Snakemake on a fan-in workflow of the same job count.
+
+For each size N, in a copy of the workflow under bench/_work/scale/N:
+
+1. N raw files (one small document each) in 12 groups are ingested for real (``--until ingest``,
+   ``ingest.shard_size: 1000``, so one shard per file): the tree is *fresh after ingest*; ``snakemake -n``
+   is timed on it.
+2. The per-shard outputs of dedup and tokenize (signatures, assignments, kept shards, tokenized
+   ``.bin/.idx`` of one document each, stats, benchmark records) are written directly, in pipeline order,
+   instead of running ~3N small jobs; the gathers after them (count, plan, slicing, merging) run for
+   real. The tree is *finished*; ``snakemake -n`` is timed on it, and the start of one Slurm job (the
+   command the executor runs on the node: ``--target-jobs 'tokenize:...' --allowed-rules tokenize --mode
+   remote``, as a dry run, which builds the job's DAG without running it).
+3. Plain Snakemake: a workflow of three per-item rules and one gather over N items (3N + 1 jobs, the same
+   order as ours), timed fresh (only the first inputs exist) and finished.
+
+Goal: 10,000 shards <= 30 s, 100,000 <= 5 minutes, within 2x plain Snakemake; a Slurm job's start <= 10 s
+beyond Snakemake's own import at 10,000 shards.
+
+    .venv/bin/python bench/bench_scale.py                      # 1000, 10000 (about 10 minutes)
+    .venv/bin/python bench/bench_scale.py --shards 1000 10000 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import harness
+import orjson
+import yaml
+
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
+
+GROUPS = [
+    ("en", "news"),
+    ("en", "books"),
+    ("en", "wiki"),
+    ("en", "web"),
+    ("de", "news"),
+    ("de", "web"),
+    ("fr", "web"),
+    ("fr", "wiki"),
+    ("ru", "news"),
+    ("ru", "web"),
+    ("zh", "web"),
+    ("ja", "news"),
+]
+WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
+TOKENS_PER_DOC = 400
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def make_workflow(root: Path, n: int) -> None:
+    """A copy of the workflow with N one-document raw files in 12 groups and its config."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for name in WORKFLOW_FILES:
+        src = harness.ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, root / name)
+    raw = root / "raw"
+    raw.mkdir()
+    for i in range(n):
+        lang, domain = GROUPS[i % len(GROUPS)]
+        text = f"document {i} " + " ".join(f"w{(i * 7 + k) % 997}" for k in range(120))
+        (raw / f"{lang}_{domain}_s_part-{i:06d}.jsonl").write_bytes(
+            orjson.dumps({"id": f"d{i}", "text": text}) + b"\n"
+        )
+    source = {
+        "name": "raw",
+        "paths": ["raw/*.jsonl"],
+        "name_regex": r"^(?P<lang>[a-z]+)_(?P<domain>[a-z]+)_(?P<subdomain>[a-z]+)_part",
+    }
+    config = {"sample": {"enabled": False}, "sources": [source], "ingest": {"shard_size": 1000}}
+    (root / "scale.yaml").write_text(yaml.safe_dump(config))
+
+
+def snakemake(root: Path, *args: str) -> harness.Measured:
+    cmd = [*SNAKEMAKE, "--configfile", "config/config.yaml", "scale.yaml", "--cores", "2", *args]
+    return harness.run_child(cmd, cwd=root, sample_rss=True)
+
+
+def touch_all(paths: list[Path], when: float) -> None:
+    for p in paths:
+        os.utime(p, (when, when))
+
+
+def write(path: Path, data: bytes = b"") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def finish_per_shard_steps(root: Path) -> None:
+    """Write what dedup and tokenize would, shard by shard, with increasing modification times."""
+    res = root / "results"
+    shards = sorted(res.glob("shards/*/*_split_*.jsonl"))
+    stems = [p.name.removesuffix(".jsonl") for p in shards]
+    groups = sorted({p.parent.name for p in shards})
+    now = time.time() - 600  # in the past: the real jobs after these must be newer
+    work, bench = res / "dedup" / "_work", res / "benchmarks"
+    stage = [write(work / "sig" / f"{s}.sig") for s in stems]
+    stage += [write(bench / "dedup" / "signatures" / f"{s}.tsv") for s in stems]
+    touch_all(stage, now)
+    stage = [write(work / "pairs" / "exact_0.pairs"), write(bench / "dedup" / "exact_0.tsv")]
+    for g in range(4):
+        stage += [write(work / "pairs" / f"bands_{g}_0.pairs"), write(bench / "dedup" / f"bands_{g}_0.tsv")]
+    touch_all(stage, now + 10)
+    summary = {"shards": len(stems), "docs": len(stems), "removed": {"exact": 0, "near": 0}}
+    stage = [
+        write(res / "dedup" / "clusters.tsv"),
+        write(work / "cluster_summary.json", orjson.dumps(summary)),
+    ]
+    stage += [write(bench / "dedup" / "cluster.tsv")]
+    stage += [write(work / "assign" / f"{s}.assign.json", b'{"rows":[]}') for s in stems]
+    touch_all(stage, now + 20)
+    stage = []
+    for shard, s in zip(shards, stems, strict=True):
+        group = shard.parent.name
+        kept = res / "dedup" / group / shard.name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shard, kept)
+        stats = {"docs_in": 1, "docs_out": 1, "removed": {"exact": 0, "near": 0}}
+        stage += [kept, write(res / "dedup" / group / "removed" / shard.name)]
+        stage += [write(work / "stats" / f"{s}.stats.json", orjson.dumps(stats))]
+        stage += [write(bench / "dedup" / "filter" / f"{s}.tsv")]
+    stage += [write(res / "dedup" / "stats.json", b"{}"), write(res / "dedup" / "report.json", b"{}")]
+    touch_all(stage, now + 30)
+    stage = [write(res / "tokenizer" / "spm.model"), write(res / "tokenizer" / "spm.vocab")]
+    touch_all([*stage, write(bench / "tokenizer" / "train.tsv")], now + 40)
+    tok = res / "tokenized"
+    tok.mkdir(parents=True, exist_ok=True)
+    stage = []
+    stats = {"docs_in": 1, "docs_out": 1, "rejected": {}, "tokenizer_sha256": "x", "vocab_size": 8000}
+    for s in stems:
+        prefix = tok / f"{s}_text_document"
+        with IndexedDatasetBuilder(prefix, "uint16") as b:
+            b.add_document(list(range(1, TOKENS_PER_DOC + 1)))
+        stage += [Path(f"{prefix}.bin"), Path(f"{prefix}.idx")]
+        stage += [write(Path(f"{prefix}.stats.json"), orjson.dumps(stats))]
+        stage += [write(Path(f"{prefix}.quarantine.jsonl")), write(bench / "tokenize" / f"{s}.tsv")]
+    touch_all(stage, now + 50)
+    touch_all(shards, now - 10)
+    print(f"  wrote the per-shard outputs of {len(stems)} shards in {len(groups)} groups", flush=True)
+
+
+def plain_workflow(root: Path, n: int) -> None:
+    """Three per-item rules and a gather over N items; first inputs exist."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "in").mkdir(parents=True)
+    (root / "Snakefile").write_text(
+        f"ITEMS = [f'i{{k:06d}}' for k in range({n})]\n\n"
+        "rule all:\n    input: 'gather.txt'\n\n"
+        "rule a:\n    input: 'in/{i}.txt'\n    output: 'a/{i}.txt'\n    shell: 'cp {input} {output}'\n\n"
+        "rule b:\n    input: 'a/{i}.txt'\n    output: 'b/{i}.txt'\n    shell: 'cp {input} {output}'\n\n"
+        "rule c:\n    input: 'b/{i}.txt'\n    output: 'c/{i}.txt'\n    shell: 'cp {input} {output}'\n\n"
+        "rule gather:\n    input: expand('c/{i}.txt', i=ITEMS)\n    output: 'gather.txt'\n"
+        "    shell: 'cat {input} > {output}'\n"
+    )
+    for k in range(n):
+        write(root / "in" / f"i{k:06d}.txt", b"x")
+
+
+def finish_plain(root: Path, n: int) -> None:
+    now = time.time() - 600
+    for step, dt in (("a", 10), ("b", 20), ("c", 30)):
+        touch_all([write(root / step / f"i{k:06d}.txt", b"x") for k in range(n)], now + dt)
+    touch_all([write(root / "gather.txt", b"x")], now + 40)
+
+
+def dry_run(root: Path, *extra: str) -> harness.Measured:
+    return harness.run_child([*SNAKEMAKE, "-n", "--quiet", "--cores", "2", *extra], cwd=root, sample_rss=True)
+
+
+def measure(n: int, keep: bool) -> dict[str, float]:
+    print(f"== {n} shards", flush=True)
+    root = harness.WORK / "scale" / str(n)
+    make_workflow(root, n)
+    ingest = snakemake(root, "--until", "ingest", "--quiet")
+    print(f"  ingest (12 jobs, real): {ingest.wall:.1f} s", flush=True)
+    fresh = snakemake(root, "-n", "--quiet")
+    print(f"  snakemake -n, fresh after ingest: {fresh.wall:.1f} s, {fresh.rss_mib:.0f} MiB", flush=True)
+    finish_per_shard_steps(root)
+    rest = snakemake(root, "--quiet")
+    print(f"  count, plan, slicing, merging (real): {rest.wall:.1f} s", flush=True)
+    finished = snakemake(root, "-n")
+    assert "Nothing to be done" in finished.output, finished.output[-2000:]
+    print(f"  snakemake -n, finished: {finished.wall:.1f} s, {finished.rss_mib:.0f} MiB", flush=True)
+    group, split = sorted((root / "results" / "shards").glob("*/*_split_*.jsonl"))[0].name.split("_split_")
+    job = f"tokenize:group={group},split={split.removesuffix('.jsonl')}"
+    remote = ("--target-jobs", job, "--allowed-rules", "tokenize", "--mode", "remote", "--nolock", "-n")
+    slurm_job = snakemake(root, *remote, "--max-inventory-time", "0", "--ignore-incomplete")
+    version = harness.run_child([*SNAKEMAKE, "--version"], cwd=root)
+    print(
+        f"  one Slurm job's start: {slurm_job.wall:.1f} s (Snakemake's import: {version.wall:.1f} s)",
+        flush=True,
+    )
+    plain = harness.WORK / "scale" / f"plain_{n}"
+    plain_workflow(plain, n)
+    plain_fresh = dry_run(plain)
+    finish_plain(plain, n)
+    plain_finished = dry_run(plain)
+    print(f"  plain Snakemake ({3 * n + 1} jobs) next to ours:")
+    for what, ours, base in (("fresh", fresh, plain_fresh), ("finished", finished, plain_finished)):
+        print(f"  {what:>8}: ours {ours.wall:6.1f} s, plain {base.wall:6.1f} s: x{ours.wall / base.wall:.2f}")
+    if not keep:
+        shutil.rmtree(root)
+    shutil.rmtree(plain)
+    return {
+        "shards": n,
+        "fresh_s": round(fresh.wall, 2),
+        "fresh_rss_mib": round(fresh.rss_mib),
+        "finished_s": round(finished.wall, 2),
+        "finished_rss_mib": round(finished.rss_mib),
+        "slurm_job_start_s": round(slurm_job.wall, 2),
+        "snakemake_import_s": round(version.wall, 2),
+        "plain_jobs": 3 * n + 1,
+        "plain_fresh_s": round(plain_fresh.wall, 2),
+        "plain_finished_s": round(plain_finished.wall, 2),
+        "ratio_fresh": round(fresh.wall / plain_fresh.wall, 2),
+        "ratio_finished": round(finished.wall / plain_finished.wall, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--keep", action="store_true", help="keep the workflow trees (bench/_work/scale/N)")
+    args = parser.parse_args()
+    rows = [measure(n, args.keep) for n in args.shards]
+    goals = {1000: 30, 10000: 30, 100000: 300}
+    for r in rows:
+        worst = max(r["fresh_s"], r["finished_s"])
+        ratio = max(r["ratio_fresh"], r["ratio_finished"])
+        ok = worst <= goals.get(r["shards"], 300) and ratio <= 2
+        verdict = "met" if ok else "NOT met"
+        print(f"{r['shards']:>7} shards: worst dry run {worst:.1f} s, x{ratio:.2f} plain: {verdict}")
+    harness.write_results("scale", {"args": vars(args), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
