@@ -131,7 +131,6 @@ def finish_per_shard_steps(root: Path) -> None:
         stats = {"docs_in": 1, "docs_out": 1, "removed": {"exact": 0, "near": 0}}
         stage += [kept, write(res / "dedup" / group / "removed" / shard.name)]
         stage += [write(work / "stats" / f"{s}.stats.json", orjson.dumps(stats))]
-        stage += [write(bench / "dedup" / "filter" / f"{s}.tsv")]
     stage += [write(res / "dedup" / "stats.json", b"{}"), write(res / "dedup" / "report.json", b"{}")]
     touch_all(stage, now + 30)
     stage = [write(res / "tokenizer" / "spm.model"), write(res / "tokenizer" / "spm.vocab")]

@@ -159,10 +159,6 @@ def get_tokenized_prefixes(wildcards=None):
     return [f"{TOK}/{naming.tokenized_prefix(naming.shard_stem(s))}" for s in get_corpus_shards()]
 
 
-def get_tokenized_files(wildcards=None):
-    return [f"{p}{ext}" for p in get_tokenized_prefixes() for ext in (".bin", ".idx")]
-
-
 def get_tokenize_stats(wildcards=None):
     return [f"{p}.stats.json" for p in get_tokenized_prefixes()]
 

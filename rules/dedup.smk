@@ -113,8 +113,6 @@ rule dedup_filter:
         stats=f"{DEDUP_WORK}/stats/{SHARD}.stats.json",
     log:
         f"{LOGS}/dedup/filter/{SHARD}.log",
-    benchmark:
-        f"{BENCH}/dedup/filter/{SHARD}.tsv"
     params:
         assign=assignment,
     conda:

@@ -64,7 +64,7 @@ rule tokenize:
 # A barrier: the one job that lists every tokenized prefix (see signatures_list).
 rule tokenized_list:
     input:
-        get_tokenized_files,
+        # One output per tokenize job is enough to depend on it (it writes all four at once).
         get_tokenize_stats,
     output:
         f"{TOK}/prefixes.txt",
