@@ -5,6 +5,9 @@ Keep this file cheap to parse: every Slurm job parses it again. All logic lives 
 
 import os
 import sys
+from pathlib import Path
+
+import yaml
 
 from snakemake.utils import min_version, validate
 
@@ -14,6 +17,14 @@ min_version("9.0")
 
 
 configfile: "config/config.yaml"
+
+
+# A user's --configfile replaces the sample's named mixtures instead of merging into them (lists, such as
+# sources and datapacks.phases, are replaced by Snakemake already).
+for user_file in workflow.overwrite_configfiles or []:
+    user_config = yaml.safe_load(Path(user_file).read_text()) or {}
+    if "mixtures" in user_config:
+        config["mixtures"] = user_config["mixtures"]
 
 
 validate(config, "config/schema.yaml")

@@ -20,9 +20,12 @@ import functools
 import json
 import shlex
 
+from snakemake.exceptions import WorkflowError
+
 from workflow_scripts.core import naming
 from workflow_scripts.core.runtime import use_this_interpreter
 from workflow_scripts.core.settings import from_config, to_args
+from workflow_scripts.datapacks.mixture import check_config
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
 from workflow_scripts.ingest.sample import plan as sample_plan
@@ -97,6 +100,11 @@ def configured_sources():
 
 
 GROUPS = resolve_groups(configured_sources(), config["ingest"])
+
+# Everything knowable from the config fails here, before any job runs, naming the key.
+check_config(config["mixtures"], config["datapacks"]["phases"], list(GROUPS))
+if config["tokenizer"]["model"] and not os.path.isfile(config["tokenizer"]["model"]):
+    raise WorkflowError(f"tokenizer.model: {config['tokenizer']['model']} is not a file")
 
 
 def group_shards(group):

@@ -513,10 +513,21 @@ def test_copy_range_and_fallbacks(tmp_path, monkeypatch, fallback):
     src = tmp_path / "src"
     data = os.urandom(100_000)
     src.write_bytes(data)
+    copied = {"copy_file_range": 0, "sendfile": 0}
+
+    def spy(name, real):
+        def call(*args):
+            n = real(*args)
+            copied[name] += n
+            return n
+
+        return call
 
     def unsupported(*args, **kwargs):
         raise OSError(errno.EXDEV, "cross-device")
 
+    monkeypatch.setattr(os, "copy_file_range", spy("copy_file_range", os.copy_file_range))
+    monkeypatch.setattr(os, "sendfile", spy("sendfile", os.sendfile))
     if fallback in ("sendfile", "python"):
         monkeypatch.setattr(os, "copy_file_range", unsupported)
     if fallback == "python":
@@ -532,6 +543,14 @@ def test_copy_range_and_fallbacks(tmp_path, monkeypatch, fallback):
             copy_range(src, 1, len(data), f)
     out = (tmp_path / "dst").read_bytes()
     assert out[: 4 + 5000 + 3 + len(data) + 4] == b"head" + data[10:5010] + b"mid" + data + b"tail"
+    # the path under test really copied the bytes (the last call copies what there is before failing)
+    kernel = 5000 + len(data) + len(data) - 1
+    expected = {
+        "copy_file_range": {"copy_file_range": kernel, "sendfile": 0},
+        "sendfile": {"copy_file_range": 0, "sendfile": kernel},
+        "python": {"copy_file_range": 0, "sendfile": 0},
+    }[fallback]
+    assert copied == expected
 
 
 def test_write_slice(tmp_path):

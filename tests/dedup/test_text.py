@@ -127,3 +127,19 @@ def test_exact_hash_ignores_whitespace_and_case_only() -> None:
     seeds = np.array([0, 0, 0, 5], dtype=np.uint64)
     h = [tuple(x) for x in exact_hashes(units, unit_off, seeds).tolist()]
     assert h[0] == h[1] and h[1] != h[2] and h[1] != h[3]
+
+
+def test_fmix32_is_murmurhash3s_finalizer() -> None:
+    from workflow_scripts.dedup.text import fmix32
+
+    values = fmix32(np.array([0, 1, 2, 0xDEADBEEF], dtype=np.uint32)).tolist()
+    assert values == [0, 0x514E28B7, 0x30F4C306, 0x0DE5C6A9]
+
+
+def test_optimal_param_matches_datasketchs_choices() -> None:
+    """The shapes datasketch's MinHashLSH picks (equal weights), checked by hand at a few thresholds."""
+    from workflow_scripts.dedup.settings import optimal_param
+
+    assert optimal_param(0.85, 128) == (8, 16)
+    assert optimal_param(0.5, 128) == (25, 5)
+    assert optimal_param(0.9, 256) == (9, 28)

@@ -79,11 +79,16 @@ def test_manifest_lists_planted_items(sample_dir: Path) -> None:
         assert dup["id"] in target
 
 
-def test_near_duplicate_edits_at_rate() -> None:
+@pytest.mark.parametrize("rate", [0.03, 0.1])
+def test_near_duplicate_edits_at_rate(rate: float) -> None:
+    """The share of edited words (deleted, replaced or doubled, by an alignment) is the rate asked for."""
+    import difflib
     import random
 
-    text = " ".join(f"w{i}" for i in range(2000))
-    edited = near_duplicate(text, 0.03, random.Random(1), "en")
-    changed = sum(a != b for a, b in zip(text.split(), edited.split(), strict=False))
-    assert edited != text and 0 < changed < 2000
+    words = [f"w{i}" for i in range(4000)]
+    for seed in range(3):
+        edited = near_duplicate(" ".join(words), rate, random.Random(seed), "en").split()
+        ops = difflib.SequenceMatcher(a=words, b=edited, autojunk=False).get_opcodes()
+        edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+        assert 0.7 * rate <= edits / len(words) <= 1.3 * rate, (seed, edits)
     assert near_duplicate("一二三四五六七八九十" * 50, 0.05, random.Random(1), "zh").count(" ") == 0

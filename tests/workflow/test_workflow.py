@@ -221,6 +221,8 @@ def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> No
         ],
         "tokenizer": {"vocab_size": 2000},
         "tokenize": {"mode": "sft"},
+        "mixtures": {"chat": {}},
+        "datapacks": {"phases": [{"name": "sft", "tokens": 10000, "mixture": "chat"}]},
     }
     (workflow.root / "sft.yaml").write_text(yaml.safe_dump(config))
     workflow.ok(
@@ -245,3 +247,73 @@ def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> No
     assert first[0] == user and first[-2] == assistant
     quarantine = jsonl(tok / "en_sft_chat_split_0000_text_document.quarantine.jsonl")
     assert [(q["id"], q["reason"]) for q in quarantine] == [("plain", "no_sft_marker")]
+
+
+def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> None:
+    """One source, one mixture, one phase and a tokenizer model: the sample's mixtures do not leak in."""
+    raw = tmp_path / "raw"
+    generate(raw, seed=5, scale=0.2)
+    model = tmp_path / "spm"
+    files = sorted(map(str, raw.glob("en_*.jsonl")))
+    train = [
+        sys.executable,
+        "-m",
+        "workflow_scripts",
+        "train-tokenizer",
+        *files,
+        "--model-prefix",
+        str(model),
+    ]
+    subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
+    config = {
+        "sample": {"enabled": False},
+        "sources": [
+            {
+                "name": "web",
+                "paths": [f"{raw}/en_web_*.jsonl"],
+                "lang": "en",
+                "domain": "web",
+                "subdomain": "cc",
+            }
+        ],
+        "tokenizer": {"model": f"{model}.model"},
+        "mixtures": {"only": {"lang_prob": {"en": 1}}},
+        "datapacks": {"phases": [{"name": "all", "tokens": 20000, "mixture": "only"}]},
+    }
+    (workflow.root / "mine.yaml").write_text(yaml.safe_dump(config))
+    workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "mine.yaml")
+    plan = load_plan(workflow)
+    assert [p["name"] for p in plan["packs"]] == ["all_0"]
+    assert {s["lang"] for s in plan["packs"][0]["slices"]} == {"en"}
+    assert (workflow.root / "results" / "merged" / "all_0" / "all_0.bin").is_file()
+    assert not (workflow.root / "results" / "mixtures" / "main.json").exists()
+
+
+def _sample_mixtures(**changes: dict) -> dict:
+    mixtures = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mixtures"]
+    return {"mixtures": {name: changes.get(name, m) for name, m in mixtures.items()}}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"datapacks": {"phases": [{"name": "x", "tokens": 10, "mixture": "nope"}]}},
+            "datapacks.phases[0] (x)",
+        ),
+        (_sample_mixtures(main={"lang_prob": {"xx": 1}}), "mixtures.main.lang_prob names xx"),
+        (
+            _sample_mixtures(main={"data_ratio": {"en": {"podcasts": 2}}}),
+            "mixtures.main: data_ratio names domain",
+        ),
+        (
+            {"tokenizer": {"model": "/does/not/exist.model"}},
+            "tokenizer.model: /does/not/exist.model is not a file",
+        ),
+    ],
+)
+def test_config_errors_stop_the_run_at_start(workflow: Workflow, change: dict, message: str) -> None:
+    (workflow.root / "bad.yaml").write_text(yaml.safe_dump(change))
+    proc = workflow.run("-n", "--cores", "1", "--configfile", "config/config.yaml", "bad.yaml")
+    assert proc.returncode != 0 and message in proc.output, proc.output[-2000:]
+    assert "Building DAG" not in proc.output

@@ -20,15 +20,31 @@ def temp_sibling(path: Path) -> Path:
     return path.with_name(f".tmp.{path.name}")
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's (or a directory's entries') data to stable storage."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary sibling path; rename it onto ``path`` only if the block succeeds.
+
+    Durable: the file is fsync'd before the rename and the directory after it, so that after a node crash
+    (not only a process crash) ``path`` holds either the old or the complete new content, never an empty
+    file (Lustre, ext4 with delayed allocation).
+    """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(final)
     try:
         yield tmp
+        fsync_path(tmp)
         os.replace(tmp, final)
+        fsync_path(final.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -45,9 +61,11 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        fsync_path(tmp)
         if final.exists() or final.is_symlink():
             final.rename(old)
         tmp.rename(final)
+        fsync_path(final.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 
@@ -69,6 +70,30 @@ def check_data_ratio(signature: list[dict[str, Any]], data_ratio: dict[str, Any]
             unknown = [key] if key not in known else []
         if unknown:
             raise MixtureError(f"data_ratio names domain(s) {', '.join(unknown)} without data (a typo?)")
+
+
+def check_config(mixtures: dict[str, Any], phases: list[dict[str, Any]], groups: list[str]) -> None:
+    """What is knowable from the config alone, checked before anything runs: every phase names a known
+    mixture, and every mixture names only languages and domains that some source group declares."""
+    for i, phase in enumerate(phases):
+        if phase["mixture"] not in mixtures:
+            raise MixtureError(
+                f"datapacks.phases[{i}] ({phase['name']}) uses mixture {phase['mixture']!r}; "
+                f"the mixtures are: {', '.join(sorted(mixtures)) or 'none'}"
+            )
+    declared = [naming.parse_group(g) for g in groups]
+    langs = {d["lang"] for d in declared}
+    for name, mixture in mixtures.items():
+        unknown = sorted(lang for lang, p in (mixture.get("lang_prob") or {}).items() if p and lang not in langs)
+        if unknown:
+            raise MixtureError(
+                f"mixtures.{name}.lang_prob names {', '.join(unknown)}, which no source declares "
+                f"(the languages are: {', '.join(sorted(langs))})"
+            )
+        try:
+            check_data_ratio(declared, mixture.get("data_ratio") or {})
+        except MixtureError as err:
+            raise MixtureError(f"mixtures.{name}: {err}") from None
 
 
 def compute_shares(signature: list[dict[str, Any]], mixture: dict[str, Any]) -> list[Share]:

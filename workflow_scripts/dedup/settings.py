@@ -52,7 +52,7 @@ class DedupSettings:
             raise DedupError("give both bands and rows (bands * rows <= num_perm) or neither")
 
     def lsh_shape(self) -> tuple[int, int]:
-        """(bands, rows): explicit, else datasketch's ``_optimal_param``.
+        """(bands, rows): explicit, else ``optimal_param`` (datasketch's choice of MinHashLSH parameters).
 
         Without verification it is optimal_param(threshold). With exact-Jaccard verification false positives
         only cost time, so it is optimal_param at the highest LSH threshold (0.01 steps, by bisection) whose
@@ -60,10 +60,8 @@ class DedupSettings:
         """
         if self.bands:
             return self.bands, self.rows
-        from datasketch.lsh import _optimal_param
-
         def shape(lsh_threshold: float) -> tuple[int, int]:
-            return _optimal_param(lsh_threshold, self.num_perm, 0.5, 0.5)
+            return optimal_param(lsh_threshold, self.num_perm)
 
         def enough(b_r: tuple[int, int]) -> bool:
             return 1 - (1 - self.threshold ** b_r[1]) ** b_r[0] >= self.lsh_recall
@@ -92,3 +90,25 @@ class DedupSettings:
     def from_json(cls, obj: dict[str, Any]) -> DedupSettings:
         """Inverse of ``to_json``."""
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in obj.items()})
+
+
+def optimal_param(threshold: float, num_perm: int) -> tuple[int, int]:
+    """(bands, rows) with ``bands * rows <= num_perm`` minimizing the sum of the false-positive and
+    false-negative areas of the S-curve ``1 - (1 - s^rows)^bands`` around ``threshold`` (equal weights):
+    the rule datasketch's MinHashLSH uses, so that the shapes agree with it."""
+    from scipy.integrate import quad
+
+    def area(b: int, r: int, lo: float, hi: float, above: bool) -> float:
+        def curve(s: float) -> float:
+            p = 1 - (1 - s ** float(r)) ** float(b)
+            return 1 - p if above else p
+
+        return quad(curve, lo, hi)[0]
+
+    best, shape = float("inf"), (0, 0)
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            error = 0.5 * area(b, r, 0.0, threshold, False) + 0.5 * area(b, r, threshold, 1.0, True)
+            if error < best:
+                best, shape = error, (b, r)
+    return shape

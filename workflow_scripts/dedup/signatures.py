@@ -21,13 +21,12 @@ import numpy as np
 import orjson
 import xxhash
 from datasketch import MinHash
-from datasketch.minhash import _fmix
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import write_store
-from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix64
+from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix32, fmix64
 
 U64 = np.uint64
 BATCH_DOCS = 2048
@@ -48,7 +47,7 @@ def minhash(values: np.ndarray, off: np.ndarray, perms: tuple[np.ndarray, np.nda
     """
     a, b = perms
     sig = np.full((a.size, off.size - 1), np.iinfo(np.uint32).max, dtype=np.uint32)
-    mixed = _fmix(values.astype(np.uint32), 32)
+    mixed = fmix32(values.astype(np.uint32))
     nonempty = np.flatnonzero(np.diff(off) > 0)
     step = max(1, CHUNK_CELLS // a.size)
     i = 0

@@ -35,6 +35,19 @@ def fmix64(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> U64(33))
 
 
+U32 = np.uint32
+
+
+def fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer (a bijection), element-wise on a uint32 array (datasketch's pre-mix
+    before its affine permutations)."""
+    h = h ^ (h >> U32(16))
+    h = h * U32(0x85EBCA6B)
+    h = h ^ (h >> U32(13))
+    h = h * U32(0xC2B2AE35)
+    return h ^ (h >> U32(16))
+
+
 @functools.cache
 def char_tables(punctuation: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per code point: is it a separator (space, and punctuation/symbol if asked); is it a decimal digit.
