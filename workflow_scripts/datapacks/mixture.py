@@ -84,7 +84,9 @@ def check_config(mixtures: dict[str, Any], phases: list[dict[str, Any]], groups:
     declared = [naming.parse_group(g) for g in groups]
     langs = {d["lang"] for d in declared}
     for name, mixture in mixtures.items():
-        unknown = sorted(lang for lang, p in (mixture.get("lang_prob") or {}).items() if p and lang not in langs)
+        unknown = sorted(
+            lang for lang, p in (mixture.get("lang_prob") or {}).items() if p and lang not in langs
+        )
         if unknown:
             raise MixtureError(
                 f"mixtures.{name}.lang_prob names {', '.join(unknown)}, which no source declares "

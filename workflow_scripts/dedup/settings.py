@@ -60,6 +60,7 @@ class DedupSettings:
         """
         if self.bands:
             return self.bands, self.rows
+
         def shape(lsh_threshold: float) -> tuple[int, int]:
             return optimal_param(lsh_threshold, self.num_perm)
 
