@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.utils import REPO, Workflow
+from tests.utils import REPO, Workflow, snakemake_env
 from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
@@ -317,3 +317,42 @@ def test_config_errors_stop_the_run_at_start(workflow: Workflow, change: dict, m
     proc = workflow.run("-n", "--cores", "1", "--configfile", "config/config.yaml", "bad.yaml")
     assert proc.returncode != 0 and message in proc.output, proc.output[-2000:]
     assert "Building DAG" not in proc.output
+
+
+def test_paths_with_spaces_and_shell_syntax_are_safe(workflow: Workflow, tmp_path: Path) -> None:
+    """Output and log roots and a source path holding spaces and `$(...)` are used as names, never run."""
+    odd = "odd dir $(touch PWNED) `touch PWNED2`"
+    raw = tmp_path / odd / "raw"
+    generate(raw, seed=6, scale=0.1)
+    config = {
+        "output_root": f"{odd}/results",
+        "log_root": f"{odd}/logs",
+        "sources": [
+            {
+                "name": "odd",
+                "paths": [f"{raw}/en_web_*.jsonl"],
+                "lang": "en",
+                "domain": "odd",
+                "subdomain": "x",
+            }
+        ],
+        "sample": {"scale": 0.1},
+    }
+    (workflow.root / "odd.yaml").write_text(yaml.safe_dump(config))
+    workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "odd.yaml")
+    assert (workflow.root / odd / "results" / "plan.json").is_file()
+    assert (workflow.root / odd / "results" / "tokenized" / "en_odd_x_split_0000_text_document.bin").is_file()
+    assert (workflow.root / odd / "logs" / "plan.log").is_file()
+    assert not list(workflow.root.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
+
+
+def test_profiles_resolve_by_name(workflow: Workflow) -> None:
+    """`snakemake --profile lumi`, as users type it, finds the project's profile (the setup links it)."""
+    env = snakemake_env()
+    env.pop("SNAKEPACK_SLURM_ACCOUNT", None)
+    proc = workflow.run("--profile", "lumi", "-n", env=env)
+    assert proc.returncode != 0
+    assert "SNAKEPACK_SLURM_ACCOUNT is not set" in proc.output, "run .ci/setup: it links the profiles"
+    proc = workflow.run("--profile", "lumi", "-n", env={**env, "SNAKEPACK_SLURM_ACCOUNT": "project_1"})
+    assert proc.returncode == 0, proc.output[-3000:]
+    assert "Using profile lumi" in proc.output and "slurm_account=project_1" in proc.output
