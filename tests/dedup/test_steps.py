@@ -333,3 +333,16 @@ def test_empty_shard_and_texts_without_words(tmp_path: Path) -> None:
     r = run(tmp_path, {"en_web_cc_split_0000.jsonl": [], "en_web_cc_split_0001.jsonl": docs})
     assert set(r["removed"]) == {"t2"}
     assert r["stats"]["docs_in"] == 6 and r["clusters"] == [["t1", "t1"], ["t2", "t1"]]
+
+
+def test_signature_batches_are_bounded_by_bytes(tmp_path: Path) -> None:
+    """Book-length documents come in small batches (memory follows bytes), short ones in big batches."""
+    from workflow_scripts.dedup.signatures import BATCH_BYTES, BATCH_DOCS, _batches
+
+    big = tmp_path / "en_books_pd_split_0000.jsonl"
+    text = "word " * (BATCH_BYTES // 15)  # a third of a batch each
+    big.write_bytes(b"".join(orjson.dumps({"id": str(i), "text": text}) + b"\n" for i in range(10)))
+    assert [len(b) for b in _batches(big)] == [3, 3, 3, 1]
+    small = tmp_path / "en_web_cc_split_0000.jsonl"
+    small.write_bytes(b"".join(orjson.dumps({"id": str(i), "text": "a b c"}) + b"\n" for i in range(5000)))
+    assert [len(b) for b in _batches(small)] == [BATCH_DOCS, BATCH_DOCS, 5000 - 2 * BATCH_DOCS]

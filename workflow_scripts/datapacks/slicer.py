@@ -44,10 +44,12 @@ def write_shuffled(src_prefix: str, name: str, seed: int, out_prefix: str) -> di
     if np.any(src.doc_idx[order + 1] - first_seq != 1):
         raise StateMismatch(f"{src_prefix}: shuffling needs one sequence per document")
     starts, lens = src.pointers[first_seq] // src.itemsize, src.lengths[first_seq].astype(np.int64)
+    ends = np.cumsum(lens)  # once: the steps below search it instead of summing the rest each time
     with IndexedDatasetBuilder(out_prefix, src.dtype) as builder:
         a = 0
         while a < len(order):
-            b = a + max(1, int(np.searchsorted(np.cumsum(lens[a:]), GATHER_TOKENS)))
+            done = int(ends[a - 1]) if a else 0
+            b = a + max(1, int(np.searchsorted(ends[a:], done + GATHER_TOKENS)))
             flat = np.concatenate(
                 [src.tokens[s : s + n] for s, n in zip(starts[a:b], lens[a:b], strict=True)]
             )

@@ -23,13 +23,14 @@ import xxhash
 from datasketch import MinHash
 
 from workflow_scripts.core import naming, settings
-from workflow_scripts.dedup.settings import DedupSettings
+from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import write_store
 from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix32, fmix64
 
 U64 = np.uint64
 BATCH_DOCS = 2048
+BATCH_BYTES = 8 << 20  # text bytes per batch: its working memory is about 31 bytes per character
 CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
 VERSION = 1
 
@@ -81,15 +82,19 @@ def scope_hash(record: dict[str, Any], scope: str) -> int:
 
 
 def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:
+    """Records in batches of at most ``BATCH_DOCS`` documents or about ``BATCH_BYTES`` of text (a batch
+    holds at least one document), so that memory is bounded by bytes, not by the document count."""
     batch: list[dict[str, Any]] = []
+    size = 0
     for line_no, line in enumerate(iter_lines(path), start=1):
         try:
             batch.append(orjson.loads(line))
         except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{path}: document {line_no}: invalid JSON ({exc})") from None
-        if len(batch) == BATCH_DOCS:
+            raise DedupError(f"{path}: document {line_no}: invalid JSON ({exc})") from None
+        size += len(line)
+        if len(batch) == BATCH_DOCS or size >= BATCH_BYTES:
             yield batch
-            batch = []
+            batch, size = [], 0
     if batch:
         yield batch
 
