@@ -155,3 +155,15 @@ def test_a_source_without_documents_does_not_break_the_plan() -> None:
     plan = plan_of(config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__)
     assert plan["final_epochs"]["en_web_empty"] == 0.0
     assert all(s["source"] != "en_web_empty" for p in plan["packs"] for s in p["slices"])
+
+
+def test_sources_of_different_tokenizers_are_refused() -> None:
+    from workflow_scripts.datapacks.planner import check_one_tokenizer
+
+    def entry(name: str, sha: str) -> dict:
+        tokenizer = {"tokenizer_sha256": sha, "eod_id": 3, "bos_id": None}
+        return {"name": name, "identity": {"tokenizer": tokenizer}}
+
+    check_one_tokenizer([entry("a", "x"), entry("b", "x"), {"name": "byo", "identity": {"tokenizer": None}}])
+    with pytest.raises(PlanError, match="different tokenizers"):
+        check_one_tokenizer([entry("a", "x"), entry("b", "y")])

@@ -141,12 +141,27 @@ def split_budget(total: int, probabilities: list[float]) -> list[int]:
     return [int(s) for s in shares]
 
 
+def check_one_tokenizer(signature: list[dict[str, Any]]) -> None:
+    """Refuse to plan over sources tokenized with different tokenizers or token settings: their ids would
+    mean different things within one pack."""
+    kinds: dict[str, list[str]] = {}
+    for entry in signature:
+        tokenizer = (entry.get("identity") or {}).get("tokenizer")
+        if tokenizer is not None:
+            key = f"{tokenizer['tokenizer_sha256']} (EOD {tokenizer['eod_id']}, BOS {tokenizer['bos_id']})"
+            kinds.setdefault(key, []).append(entry["name"])
+    if len(kinds) > 1:
+        listed = "; ".join(f"{k}: {v[0]} and {len(v) - 1} more" for k, v in sorted(kinds.items()))
+        raise PlanError(f"the sources were tokenized with different tokenizers: {listed}")
+
+
 def make_plan(
     settings: PlanSettings,
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
 ) -> dict[str, Any]:
     """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates."""
+    check_one_tokenizer(signature)
     training, datapacks, mixtures = settings.training, settings.datapacks, settings.mixtures
     seq, batch, rule = training.seq_length, training.global_batch_size, training.epoch_rule
     tpi, pack_max = training.tokens_per_iter, max_tokens_per_pack(training, datapacks)
