@@ -165,7 +165,9 @@ def test_changed_raw_file_reruns_its_group_only(clone: Workflow) -> None:
 
 
 def test_mixture_change_replans_and_reslices_only(clone: Workflow) -> None:
-    (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": {"main": {"lang_prob": {"en": 0.8}}}}))
+    mixtures = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mixtures"]
+    mixtures["main"]["lang_prob"]["en"] = 0.8  # a user's mixtures replace the sample's: give them all
+    (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": mixtures}))
     kinds = rerun(clone, "mix.yaml")
     assert set(kinds) == {"plan.json", "datapacks", "merged"}
     assert "main_1" in kinds["merged"]
