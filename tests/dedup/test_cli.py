@@ -214,3 +214,52 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
         assert (tmp_path / "one" / rel).read_bytes() == (out / rel).read_bytes(), rel
     stats = read_json(out / "dedup_stats.json")
     assert (stats["docs_in"], stats["removed"]) == (44, {"exact": 1, "near": 12, "total": 13})
+
+
+def test_many_shards_under_a_small_open_file_limit(tmp_path: Path) -> None:
+    """The gather steps read thousands of signature files with at most 128 files open (the default limits
+    on open files and memory maps cap what one job may hold, not how many shards it reads)."""
+    from workflow_scripts.dedup.settings import DedupSettings
+    from workflow_scripts.dedup.signatures import write_signatures
+
+    rng = random.Random(3)
+    base = [_text(rng, 40) for _ in range(50)]
+    shards, settings = 1500, DedupSettings().resolved()
+    sigs = []
+    for s in range(shards):
+        shard = tmp_path / "in" / f"en_web_cc_split_{s:04d}.jsonl"
+        shard.parent.mkdir(exist_ok=True)
+        shard.write_bytes(_doc(f"d{s}", base[s % len(base)]))  # every 50th shard repeats a text
+        sig = tmp_path / "sig" / f"en_web_cc_split_{s:04d}.sig"
+        write_signatures(shard, sig, settings)
+        sigs.append(str(sig))
+    listing = tmp_path / "signatures.txt"
+    listing.write_text("\n".join(sigs) + "\n")
+    limit = "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128)); "
+    limit += (
+        "sys.argv = ['snakepack', *sys.argv[1:]]; runpy.run_module('workflow_scripts', run_name='__main__')"
+    )
+    run = [sys.executable, "-c", limit]
+    pairs = [tmp_path / "exact.pairs", tmp_path / "bands.pairs"]
+    outputs = ["--clusters", tmp_path / "clusters.tsv", "--summary", tmp_path / "summary.json"]
+    steps = [
+        ["dedup-exact", "--signatures", f"@{listing}", "--output", pairs[0]],
+        ["dedup-bands", "--signatures", f"@{listing}", "--band-group", "0", "--band-groups", "1"]
+        + ["--output", pairs[1]],
+        [
+            "dedup-cluster",
+            "--signatures",
+            f"@{listing}",
+            "--pairs",
+            *pairs,
+            "--assign-dir",
+            tmp_path / "assign",
+        ]
+        + outputs,
+    ]
+    for step in steps:
+        proc = subprocess.run([*run, *map(str, step)], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = orjson.loads((tmp_path / "summary.json").read_bytes())
+    assert summary["removed"]["exact"] == shards - len(base)
+    assert len(list((tmp_path / "assign").glob("*.assign.json"))) == shards

@@ -42,7 +42,7 @@ def band_candidates(sigs: SignatureSet, band: int, part: int = 0, parts: int = 1
     for s, store in enumerate(sigs.stores):
         sorted_band = store["band_sorted"][band]
         sl = slice_range(sorted_band, lo, hi)
-        hashes.append(sorted_band[sl])
+        hashes.append(sorted_band[sl].copy())  # a copy: the store's map may then be released
         keys.append(make_keys(s, store["band_row"][band][sl]))
     h, k = np.concatenate(hashes), np.concatenate(keys)
     order = np.argsort(h, kind="stable")  # shards in order, rows ascending: ties stay in key order

@@ -26,8 +26,8 @@ def exact_pairs(sigs: SignatureSet, part: int = 0, parts: int = 1) -> np.ndarray
     for s, store in enumerate(sigs.stores):
         hashes = store["exact_sorted"]
         sl = slice_range(hashes[0], lo, hi)
-        high.append(hashes[0][sl])
-        low.append(hashes[1][sl])
+        high.append(hashes[0][sl].copy())  # copies: the store's map may then be released
+        low.append(hashes[1][sl].copy())
         keys.append(make_keys(s, store["exact_row"][sl]))
     k, h, lw = np.concatenate(keys), np.concatenate(high), np.concatenate(low)
     order = np.lexsort((k, lw, h))

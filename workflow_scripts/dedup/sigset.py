@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -31,22 +30,10 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
 
 
-def allow_open_files(needed: int) -> None:
-    """Raise the soft limit on open files towards the hard one: every store's memory map holds one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (hard if hard == resource.RLIM_INFINITY else max(soft, hard), hard)
-        )
-        if hard != resource.RLIM_INFINITY and hard < needed:
-            raise OSError(f"{needed} signature files need more open files than this job may have ({hard})")
-
-
 class SignatureSet:
     """The signature stores of every shard; all must have been made with the same settings."""
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
-        allow_open_files(len(paths) + 64)
         stores = sorted((Store(p) for p in paths), key=lambda s: s.meta["shard"])
         if not stores:
             raise ValueError("no signature files given")

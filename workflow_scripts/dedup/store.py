@@ -6,9 +6,12 @@ Layout: ``MAGIC``, the arrays (each 64-byte aligned, C order), the JSON header, 
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import mmap
 import os
+import resource
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,8 +74,24 @@ def write_store(path: str | os.PathLike[str], meta: dict[str, Any]) -> Iterator[
         store.finish()
 
 
+_open_maps: collections.OrderedDict[Store, None] = collections.OrderedDict()
+
+
+@functools.cache
+def max_open_maps() -> int:
+    """Memory maps held at once: each holds a file descriptor and counts to vm.max_map_count, so at most
+    256, and at most half of this process's limit on open files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 256 if soft == resource.RLIM_INFINITY else max(8, min(256, soft // 2))
+
+
 class Store:
-    """Read-only view of a container: ``store.meta`` and ``store[name]`` (a memory map)."""
+    """Read-only view of a container: ``store.meta`` and ``store[name]`` (a memory map).
+
+    At most ``max_open_maps()`` stores keep their map: the least recently used one drops it (it closes once
+    no array viewing it is left), so one job can read 100,000 stores under the default limits on open
+    files and memory maps.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -97,5 +116,10 @@ class Store:
         if self._map is None:
             with open(self.path, "rb") as fh:
                 self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            if len(_open_maps) >= max_open_maps():
+                oldest, _ = _open_maps.popitem(last=False)
+                oldest._map = None
+        _open_maps[self] = None
+        _open_maps.move_to_end(self)
         count = int(np.prod(shape))
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=entry["offset"]).reshape(shape)
