@@ -241,25 +241,25 @@ def test_many_shards_under_a_small_open_file_limit(tmp_path: Path) -> None:
     )
     run = [sys.executable, "-c", limit]
     pairs = [tmp_path / "exact.pairs", tmp_path / "bands.pairs"]
-    outputs = ["--clusters", tmp_path / "clusters.tsv", "--summary", tmp_path / "summary.json"]
+    bands = ["--band-group", "0", "--band-groups", "1"]
+    cluster = ["--assign-dir", tmp_path / "assign", "--clusters", tmp_path / "clusters.tsv"]
     steps = [
         ["dedup-exact", "--signatures", f"@{listing}", "--output", pairs[0]],
-        ["dedup-bands", "--signatures", f"@{listing}", "--band-group", "0", "--band-groups", "1"]
-        + ["--output", pairs[1]],
+        ["dedup-bands", "--signatures", f"@{listing}", *bands, "--output", pairs[1]],
         [
             "dedup-cluster",
             "--signatures",
             f"@{listing}",
             "--pairs",
             *pairs,
-            "--assign-dir",
-            tmp_path / "assign",
-        ]
-        + outputs,
+            *cluster,
+            "--summary",
+            tmp_path / "s.json",
+        ],
     ]
     for step in steps:
         proc = subprocess.run([*run, *map(str, step)], cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = orjson.loads((tmp_path / "summary.json").read_bytes())
+    summary = orjson.loads((tmp_path / "s.json").read_bytes())
     assert summary["removed"]["exact"] == shards - len(base)
     assert len(list((tmp_path / "assign").glob("*.assign.json"))) == shards
