@@ -11,7 +11,9 @@ times carry every change; no param is computed from data.
   rewritten only when it changed, so only those packs are sliced and merged again.
 Planning stays linear in the shard count: input functions that list per-shard files after dedup ask the
 dedup_cluster checkpoint first (while it is pending, the per-shard jobs after it are not in the DAG yet),
-and the gathers over all shards read one list written by a barrier rule (signatures_list, tokenized_list).
+and the gathers over all shards read one list written by a barrier rule (signatures_list, corpus_list,
+tokenized_list), itself made of lists of LIST_CHUNK shards (list_chunk): Snakemake prepares a job in time
+quadratic in the number of jobs it depends on, so no job depends on more than LIST_CHUNK others.
 A cluster job (`--mode remote`) builds the DAG of its own job again: there, the lists over all shards are
 expanded only for the rule that the job runs (see `expands`).
 """
@@ -127,14 +129,14 @@ def dedup_done():
 
 def get_corpus_shards(wildcards=None):
     """The shards the tokenizer reads: deduplicated (same names) or as ingested."""
-    if not expands("corpus_list", "tokenized_list"):
+    if not expands("list_chunk", "corpus_list", "tokenized_list"):
         return []
     dedup_done()
     return [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in get_shards()]
 
 
 def get_signatures(wildcards=None):
-    if not expands("signatures_list"):
+    if not expands("list_chunk", "signatures_list"):
         return []
     return [f"{DEDUP_WORK}/sig/{naming.shard_stem(s)}.sig" for s in get_shards()]
 
@@ -167,8 +169,27 @@ def get_tokenized_prefixes(wildcards=None):
     return [f"{TOK}/{naming.tokenized_prefix(naming.shard_stem(s))}" for s in get_corpus_shards()]
 
 
-def get_tokenize_stats(wildcards=None):
-    return [f"{p}.stats.json" for p in get_tokenized_prefixes()]
+LIST_CHUNK = 1000
+
+
+def list_entries(kind):
+    """(the files a chunk of ``kind`` waits for, the lines its list holds), for every shard."""
+    if kind == "signatures":
+        return get_signatures(), get_signatures()
+    if kind == "corpus":
+        return get_corpus_shards(), get_corpus_shards()
+    prefixes = get_tokenized_prefixes()
+    return [f"{p}.stats.json" for p in prefixes], prefixes
+
+
+def chunk_of(items, chunk):
+    return items[int(chunk) * LIST_CHUNK : (int(chunk) + 1) * LIST_CHUNK]
+
+
+def get_list_chunks(kind):
+    """The chunk lists that make up the list of ``kind``."""
+    count = -(-len(list_entries(kind)[1]) // LIST_CHUNK)
+    return [f"{OUT}/lists/{kind}/{i}.txt" for i in range(count)]
 
 
 def plan_config():

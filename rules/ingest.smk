@@ -36,3 +36,21 @@ rule ingest_stats:
     shell:
         write_list("{input:q}", "{log:q}.inputs")
         + " && python -m workflow_scripts stats --stage ingest --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
+
+
+# A part of one of the lists of every shard (see LIST_CHUNK in common.smk): the signatures, the shards the
+# tokenizer reads, the tokenized prefixes. It waits for the jobs that make its shards' files.
+rule list_chunk:
+    input:
+        lambda wildcards: chunk_of(list_entries(wildcards.kind)[0], wildcards.chunk),
+    output:
+        f"{OUT}/lists/{{kind}}/{{chunk}}.txt",
+    log:
+        f"{LOGS}/lists/{{kind}}_{{chunk}}.log",
+    params:
+        lines=lambda wildcards: chunk_of(list_entries(wildcards.kind)[1], wildcards.chunk),
+    localrule: True
+    conda:
+        "../envs/data.yaml"
+    shell:
+        write_list("{params.lines:q}", "{output:q}") + " 2> {log:q}"

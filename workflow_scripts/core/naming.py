@@ -39,6 +39,8 @@ WILDCARDS = {
     "mixture": r"[A-Za-z0-9_-]+",
     "part": r"\d+",
     "band": r"\d+",
+    "kind": r"signatures|corpus|tokenized",  # the lists of every shard that barrier rules write
+    "chunk": r"\d+",
 }
 
 _PART = re.compile(PART)
