@@ -12,15 +12,20 @@ jobs. Candidates are verified by exact Jaccard of their shingle sets (>= thresho
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from workflow_scripts.core.settings import schema_entry
-from workflow_scripts.dedup.pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
+from workflow_scripts.dedup.pairs import (
+    hash_range,
+    pair_job_parser,
+    run_pairs,
+    run_starts,
+    slice_range,
+    write_pairs,
+)
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 from workflow_scripts.dedup.verify import jaccard_pairs
 
@@ -121,18 +126,9 @@ def write_band_group(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
-    parser.add_argument("--signatures", nargs="+", required=True, help="all signature files (or @list.txt)")
+    parser = pair_job_parser(__doc__.splitlines()[0])
     parser.add_argument("--band-group", type=int, required=True, help="this job's bands: j %% band-groups")
     parser.add_argument("--band-groups", type=int, required=True, help="number of band groups (<= bands)")
-    parser.add_argument("--partition", type=int, default=0, help="hash-range partition of this job")
-    parser.add_argument(
-        "--partitions",
-        type=int,
-        default=schema_entry("dedup", "partitions")["default"],
-        help="number of hash-range partitions",
-    )
-    parser.add_argument("--output", required=True, help="pair file to write")
     args = parser.parse_args(argv)
     stats = write_band_group(
         args.signatures, args.output, args.band_group, args.band_groups, args.partition, args.partitions

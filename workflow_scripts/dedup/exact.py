@@ -6,14 +6,19 @@ the others are the exact duplicates. With ``--no-exact`` in the settings the pai
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from workflow_scripts.core.settings import schema_entry
-from workflow_scripts.dedup.pairs import hash_range, run_pairs, run_starts, slice_range, write_pairs
+from workflow_scripts.dedup.pairs import (
+    hash_range,
+    pair_job_parser,
+    run_pairs,
+    run_starts,
+    slice_range,
+    write_pairs,
+)
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 
 
@@ -57,16 +62,7 @@ def write_exact(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], fromfile_prefix_chars="@")
-    parser.add_argument("--signatures", nargs="+", required=True, help="all signature files (or @list.txt)")
-    parser.add_argument("--partition", type=int, default=0, help="hash-range partition of this job")
-    parser.add_argument(
-        "--partitions",
-        type=int,
-        default=schema_entry("dedup", "partitions")["default"],
-        help="number of hash-range partitions",
-    )
-    parser.add_argument("--output", required=True, help="pair file to write")
+    parser = pair_job_parser(__doc__.splitlines()[0])
     args = parser.parse_args(argv)
     n = write_exact(args.signatures, args.output, args.partition, args.partitions)
     print(f"dedup exact: {n} exact-duplicate pairs -> {args.output}")

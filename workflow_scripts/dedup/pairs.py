@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.dedup.store import Store, write_store
 
 U64 = np.uint64
@@ -74,3 +76,14 @@ def read_pairs(path: str | os.PathLike[str]) -> tuple[np.ndarray, dict[str, Any]
     if store.meta.get("kind") != "pairs":
         raise ValueError(f"{path}: not a pair file")
     return store["pairs"], store.meta
+
+
+def pair_job_parser(description: str) -> argparse.ArgumentParser:
+    """The options every pair-finding job shares: the signature files, its hash partition, the output."""
+    parser = argparse.ArgumentParser(description=description, fromfile_prefix_chars="@")
+    parser.add_argument("--signatures", nargs="+", required=True, help="all signature files (or @list.txt)")
+    parser.add_argument("--partition", type=int, default=0, help="hash-range partition of this job")
+    partitions = schema_entry("dedup", "partitions")["default"]
+    parser.add_argument("--partitions", type=int, default=partitions, help="number of hash-range partitions")
+    parser.add_argument("--output", required=True, help="pair file to write")
+    return parser
