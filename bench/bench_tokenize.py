@@ -45,8 +45,9 @@ from harness import Measured
 from workflow_scripts.core.fsio import atomic_path, open_binary
 
 WORK = harness.WORK / "tokenize"
-MEGATRON_GIT = "/work/.mirror/NVIDIA+Megatron-LM/repo"
-NEOX_GIT = "/work/.mirror/EleutherAI+gpt-neox/repo"
+# Bare git checkouts of the reference tools, from the environment (or --megatron-git / --neox-git).
+MEGATRON_GIT = os.environ.get("SNAKEPACK_MEGATRON_GIT", "")
+NEOX_GIT = os.environ.get("SNAKEPACK_NEOX_GIT", "")
 MEGATRON_PACKAGES = ["torch==2.13.0", "numpy", "sentencepiece", "packaging", "triton", "typing_extensions"]
 # Megatron-LM HEAD uses typing.override (Python 3.12); on 3.11 the bench venv provides it.
 SITECUSTOMIZE = "import typing\nimport typing_extensions\ntyping.override = typing_extensions.override\n"
@@ -282,8 +283,10 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab-size", type=int, default=32000)
     parser.add_argument("--no-megatron", action="store_true", help="skip Megatron-LM and the reader checks")
-    parser.add_argument("--megatron-git", default=MEGATRON_GIT, help="bare git dir of Megatron-LM")
-    parser.add_argument("--neox-git", default=NEOX_GIT, help="bare git dir of GPT-NeoX")
+    parser.add_argument(
+        "--megatron-git", default=MEGATRON_GIT, help="bare git dir of Megatron-LM [$SNAKEPACK_MEGATRON_GIT]"
+    )
+    parser.add_argument("--neox-git", default=NEOX_GIT, help="bare git dir of GPT-NeoX [$SNAKEPACK_NEOX_GIT]")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     big, small = make_corpus(args.mb, args.scale)
@@ -330,6 +333,10 @@ def main() -> int:
 
     if args.no_megatron:
         log("Megatron-LM skipped (--no-megatron)")
+    elif not args.megatron_git:
+        log(
+            "Megatron-LM SKIPPED: give --megatron-git or SNAKEPACK_MEGATRON_GIT (a bare git dir of Megatron-LM)"
+        )
     else:
         try:
             python, src = megatron_env(args.megatron_git)
@@ -356,12 +363,14 @@ def main() -> int:
             )
             small_doc = Path(f"{small_prefix}_text_document")
             res["readers"] = [compat_check(python, "megatron", src, small_doc, model, small)]
-            if Path(args.neox_git).exists():
+            if args.neox_git and Path(args.neox_git).exists():
                 res["readers"].append(
                     compat_check(python, "neox", neox_root(args.neox_git), small_doc, model, small)
                 )
             else:
-                log(f"GPT-NeoX reader skipped: no mirror at {args.neox_git}")
+                log(
+                    f"GPT-NeoX reader SKIPPED: no checkout at {args.neox_git!r} (--neox-git or SNAKEPACK_NEOX_GIT)"
+                )
     print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
     harness.write_results("tokenize", {"args": vars(args), **res})
     return 0
