@@ -334,9 +334,7 @@ def main() -> int:
     if args.no_megatron:
         log("Megatron-LM skipped (--no-megatron)")
     elif not args.megatron_git:
-        log(
-            "Megatron-LM SKIPPED: give --megatron-git or SNAKEPACK_MEGATRON_GIT (a bare git dir of Megatron-LM)"
-        )
+        log("Megatron-LM SKIPPED: give --megatron-git or SNAKEPACK_MEGATRON_GIT")
     else:
         try:
             python, src = megatron_env(args.megatron_git)
@@ -368,9 +366,7 @@ def main() -> int:
                     compat_check(python, "neox", neox_root(args.neox_git), small_doc, model, small)
                 )
             else:
-                log(
-                    f"GPT-NeoX reader SKIPPED: no checkout at {args.neox_git!r} (--neox-git or SNAKEPACK_NEOX_GIT)"
-                )
+                log(f"GPT-NeoX reader SKIPPED: none at {args.neox_git!r} (SNAKEPACK_NEOX_GIT)")
     print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
     harness.write_results("tokenize", {"args": vars(args), **res})
     return 0
