@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import random
 import threading
 from pathlib import Path
@@ -133,6 +134,16 @@ def test_training_is_deterministic_and_has_control_ids(
     for piece in ("<|endoftext|>", "<|user|>", "<|assistant|>"):
         assert sp.id_to_piece(sp.piece_to_id(piece)) == piece and sp.is_control(sp.piece_to_id(piece))
     assert sp.encode("<|endoftext|>") != [sp.piece_to_id("<|endoftext|>")]  # raw text cannot forge EOD
+    # <|endoftext|> is the EOS, so Megatron-LM's rule (EOS) and GPT-NeoX's (the piece) agree
+    assert sp.eos_id() == sp.piece_to_id("<|endoftext|>") == 3
+    assert [sp.id_to_piece(i) for i in range(6)] == [
+        "<unk>",
+        "<s>",
+        "</s>",
+        "<|endoftext|>",
+        "<|user|>",
+        "<|assistant|>",
+    ]
 
 
 def test_reservoir_sample_is_seeded_and_bounded() -> None:
@@ -157,6 +168,52 @@ def test_training_without_text_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 # --- token lookup -----------------------------------------------------------------------------------------
+
+
+def foreign_model(corpus: list[Path], path: Path, **options: object) -> tok.Tokenizer:
+    """A SentencePiece model trained elsewhere: SentencePiece's own defaults plus ``options``."""
+    lines = [json.loads(line)["text"] for line in corpus[0].read_text(encoding="utf-8").splitlines()]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(path),
+        vocab_size=200,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        **options,
+    )
+    return tok.Tokenizer(path.with_suffix(".model"))
+
+
+@pytest.mark.parametrize(
+    ("options", "piece", "rule"),
+    [
+        ({}, "</s>", "the model's EOS '</s>'"),  # Megatron-LM's GPTSentencePieceTokenizer rule
+        ({"user_defined_symbols": ["<|endoftext|>"]}, "<|endoftext|>", "has '<|endoftext|>'"),  # GPT-NeoX's
+        ({"control_symbols": ["<|endoftext|>"], "eos_id": -1}, "<|endoftext|>", "has '<|endoftext|>'"),
+    ],
+)
+def test_eod_rule_for_foreign_models(
+    corpus: list[Path], tmp_path: Path, options: dict, piece: str, rule: str
+) -> None:
+    tokenizer = foreign_model(corpus, tmp_path / "m", **options)
+    eod, why = tokenizer.eod("auto")
+    assert tokenizer.sp.id_to_piece(eod) == piece and eod != tokenizer.sp.unk_id() and rule in why
+    assert tokenizer.eod("id:5") == (5, "given 'id:5'")
+    assert tokenizer.eod("<s>")[0] == tokenizer.sp.bos_id()
+    stats, prefix = run_tokenize(tokenizer, corpus[0], tmp_path / "out", eod="auto")
+    assert (stats["eod_id"], stats["eod_piece"]) == (eod, piece) and rule in stats["eod_rule"]
+    assert {IndexedDataset(prefix).document(i).tolist()[-1] for i in range(stats["docs_out"])} == {eod}
+
+
+def test_eod_rule_refuses_a_model_without_eod(corpus: list[Path], tmp_path: Path) -> None:
+    tokenizer = foreign_model(corpus, tmp_path / "m", eos_id=-1)
+    with pytest.raises(tok.TokenizerError, match=r"m\.model: no EOD token: .* set tokenize\.eod_piece"):
+        tokenizer.eod("auto")
+    assert tokenizer.eod("id:1")[0] == 1
+
+
+def test_eod_rule_on_the_trained_model(tokenizer: tok.Tokenizer) -> None:
+    assert tokenizer.eod()[0] == tokenizer.sp.eos_id() == tokenizer.token_id("<|endoftext|>")
 
 
 def test_token_lookup_validates(tokenizer: tok.Tokenizer) -> None:

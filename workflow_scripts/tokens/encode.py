@@ -4,7 +4,7 @@ Argument names follow Megatron-LM ``tools/preprocess_data.py`` where they overla
 the ``tokenize`` settings of config/schema.yaml (with its defaults)::
 
     snakepack tokenize --input SHARD.jsonl[.zst|.gz] --output-prefix P --tokenizer-model M.model \\
-        [--json-keys text] [--append-eod [--eod-piece '<|endoftext|>']] [--prepend-bos [--bos-piece '<s>']] \\
+        [--json-keys text] [--append-eod [--eod-piece auto]] [--prepend-bos [--bos-piece '<s>']] \\
         [--min-tokens N] [--mode sft] [--sft-markers '<<<|user|>>>=<|user|>' ...] [--workers N] [--batch-mb 4]
 
 Outputs, all next to each other (D = ``P_text_document``): ``D.bin`` and ``D.idx`` (one sequence per
@@ -17,6 +17,12 @@ string), ``empty_text`` (whitespace only, or encodes to no token), ``marker_in_p
 document containing an SFT marker), ``no_sft_marker`` (an SFT record without any marker) and
 ``too_few_tokens`` (fewer than ``--min-tokens`` tokens before BOS/EOD are added; SFT marker tokens
 count). Blank lines are not records. ``docs_in == docs_out + sum(rejected)`` is checked.
+
+EOD (``--eod-piece``): ``auto`` picks ``<|endoftext|>`` when the model has that piece (GPT-NeoX's
+``SPMTokenizer`` rule), else the model's EOS (Megatron-LM's ``GPTSentencePieceTokenizer`` rule), else it is
+an error; never ``<unk>``, which is what GPT-NeoX silently uses for a model without ``<|endoftext|>``. A
+piece or ``id:N`` overrides the rule. The tokenizer the workflow trains has ``<|endoftext|>`` as its EOS, so
+both rules agree for it. The id chosen, its piece and the rule are in the stats (and the data signature).
 
 Tokens: EOD, BOS and SFT marker tokens are pieces of the model (looked up and validated: a piece missing
 from the model is an error, where SentencePiece's ``piece_to_id`` would silently give ``<unk>``) or explicit
@@ -54,7 +60,7 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.stage_stats import check_balance
-from workflow_scripts.tokens.settings import TokenizeOptions
+from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 REASONS = (
@@ -104,6 +110,24 @@ class Tokenizer:
             )
         return token
 
+    def piece(self, token: int | None) -> str | None:
+        """The piece of ``token`` (None for None or an id the model does not have)."""
+        return self.sp.id_to_piece(token) if token is not None and token < self.sp.get_piece_size() else None
+
+    def eod(self, spec: str = "auto") -> tuple[int, str]:
+        """The EOD id for ``spec`` and the rule that chose it (see the module docstring)."""
+        if spec != "auto":
+            return self.token_id(spec), f"given {spec!r}"
+        if self.sp.id_to_piece(eod := self.sp.piece_to_id(EOD_PIECE)) == EOD_PIECE:
+            return eod, f"auto: the model has {EOD_PIECE!r}"
+        eos = self.sp.eos_id()
+        if 0 <= eos < self.vocab_size and eos != self.sp.unk_id():
+            return eos, f"auto: the model's EOS {self.sp.id_to_piece(eos)!r} (no {EOD_PIECE!r} piece)"
+        raise TokenizerError(
+            f"{self.path}: no EOD token: the model has no {EOD_PIECE!r} piece and no EOS; "
+            "set tokenize.eod_piece to a piece or id:N"
+        )
+
     def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return all ids concatenated (int32) and the per-text lengths (int64)."""
         if not texts:
@@ -134,6 +158,7 @@ class Settings:
 
     json_key: str = "text"
     eod_id: int | None = None  # appended to every document when set
+    eod_rule: str = ""  # why that id (Tokenizer.eod)
     bos_id: int | None = None  # prepended to every document when set
     min_tokens: int = 0
     sft: bool = False
@@ -153,17 +178,20 @@ def resolve_settings(
 ) -> Settings:
     """Settings from CLI-style values; EOD/BOS/marker tokens are looked up and validated.
 
-    ``eod``/``bos`` are a piece or ``id:N`` (``None``: not added); ``sft_markers`` are ``MARKER=TOKEN``
-    specs. Marker tokens are resolved in SFT mode only; pretraining mode just searches for the markers.
+    ``eod`` is ``auto``, a piece or ``id:N``; ``bos`` a piece or ``id:N`` (``None``: not added);
+    ``sft_markers`` are ``MARKER=TOKEN`` specs. Marker tokens are resolved in SFT mode only; pretraining
+    mode just searches for the markers.
     """
     pairs = parse_marker_specs(sft_markers)
     if sft and not pairs:
         raise TokenizerError("SFT mode needs at least one --sft-marker MARKER=TOKEN")
     if min_tokens < 0:
         raise TokenizerError(f"min_tokens must be >= 0, got {min_tokens}")
+    eod_id, eod_rule = (None, "") if eod is None else tokenizer.eod(eod)
     return Settings(
         json_key=json_key,
-        eod_id=None if eod is None else tokenizer.token_id(eod),
+        eod_id=eod_id,
+        eod_rule=eod_rule,
         bos_id=None if bos is None else tokenizer.token_id(bos),
         min_tokens=min_tokens,
         sft=sft,
@@ -407,6 +435,8 @@ def tokenize_file(
         "dtype": dtype.name,
         "mode": "sft" if settings.sft else "pretrain",
         "eod_id": settings.eod_id,
+        "eod_piece": tokenizer.piece(settings.eod_id),
+        "eod_rule": settings.eod_rule,
         "bos_id": settings.bos_id,
         "min_tokens": settings.min_tokens,
         "sft_markers": dict(settings.marker_ids) if settings.sft else list(settings.markers),

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from workflow_scripts.core.settings import setting
 
+EOD_PIECE = "<|endoftext|>"  # GPT-NeoX's EOD piece; the trained tokenizer's EOS
+
 
 @dataclass(frozen=True)
 class TokenizerOptions:

@@ -20,6 +20,11 @@ characters via ``byte_fallback``, ``hard_vocab_limit`` off so a small corpus sti
 then be smaller than asked). The special tokens are ``control_symbols`` by default: they get ids (look them
 up with ``piece_to_id``) but raw text never encodes to them, so a web page quoting ``<|endoftext|>`` cannot
 forge a document end. ``--user-defined-symbols`` makes pieces that raw text does encode to.
+
+EOS is ``<|endoftext|>`` when it is among the control symbols: ids 0 ``<unk>``, 1 ``<s>``, 2 ``</s>`` (kept
+as a control piece), then the control symbols in order, ``<|endoftext|>`` being the model's EOS. Megatron-LM
+(EOD = the model's EOS), GPT-NeoX (EOD = ``piece_to_id("<|endoftext|>")``) and the tokenize stage's EOD rule
+then all pick the same id.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import sentencepiece as spm
 from workflow_scripts.core import settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary
-from workflow_scripts.tokens.settings import TokenizerOptions
+from workflow_scripts.tokens.settings import EOD_PIECE, TokenizerOptions
 
 
 def iter_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
@@ -103,7 +108,11 @@ def trainer_options(
         "pad_id": -1,
         "minloglevel": 1,
     }
-    if control_symbols:
+    if EOD_PIECE in control_symbols:
+        controls = [p for p in control_symbols if p != EOD_PIECE]
+        options |= {"eos_piece": EOD_PIECE, "eos_id": 3 + list(control_symbols).index(EOD_PIECE)}
+        options["control_symbols"] = ["</s>", *controls]
+    elif control_symbols:
         options["control_symbols"] = list(control_symbols)
     if user_defined_symbols:
         options["user_defined_symbols"] = list(user_defined_symbols)
