@@ -33,6 +33,7 @@ from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
 from workflow_scripts.ingest.sample import plan as sample_plan
 from workflow_scripts.ingest.sources import resolve_groups
 from workflow_scripts.tokens.settings import TokenizeOptions
+from workflow_scripts.tokens.sources import resolve_imports
 from workflow_scripts.tokens.settings import TokenizerOptions
 
 use_this_interpreter(workflow.basedir)
@@ -102,9 +103,10 @@ def configured_sources():
 
 
 GROUPS = resolve_groups(configured_sources(), config["ingest"])
+IMPORTS = resolve_imports(config["tokenized_sources"], config["tokenizer"]["model"])
 
 # Everything knowable from the config fails here, before any job runs, naming the key.
-check_config(config["mixtures"], config["datapacks"]["phases"], list(GROUPS))
+check_config(config["mixtures"], config["datapacks"]["phases"], [*GROUPS, *(i.group for i in IMPORTS.values())])
 if config["tokenizer"]["model"] and not os.path.isfile(config["tokenizer"]["model"]):
     raise WorkflowError(f"tokenizer.model: {config['tokenizer']['model']} is not a file")
 
@@ -165,8 +167,20 @@ def get_assignment(wildcards):
 
 
 def get_tokenized_prefixes(wildcards=None):
-    """One `{shard}_text_document` prefix per shard."""
-    return [f"{TOK}/{naming.tokenized_prefix(naming.shard_stem(s))}" for s in get_corpus_shards()]
+    """One `{shard}_text_document` prefix per shard, then one per imported prefix."""
+    shards = [naming.shard_stem(s) for s in get_corpus_shards()] if GROUPS else []
+    return [f"{TOK}/{naming.tokenized_prefix(name)}" for name in [*shards, *IMPORTS]]
+
+
+def get_import(wildcards):
+    """The user's prefix behind an imported name."""
+    return IMPORTS[wildcards.imported]
+
+
+def get_import_inputs(wildcards):
+    """An imported prefix's files and the model it is checked against."""
+    entry = get_import(wildcards)
+    return {"bin": f"{entry.prefix}.bin", "idx": f"{entry.prefix}.idx", "model": entry.tokenizer_model}
 
 
 LIST_CHUNK = 1000

@@ -1,6 +1,7 @@
 """Stages 3-4, tokenize and count. Reads the deduplicated (or ingested) shards; writes the tokenizer (when
 none is given), ``tokenized/{shard}_text_document.bin/.idx`` (+ stats, quarantine), ``tokenized/stats.json``,
-the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/signature.json``.
+the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/signature.json``. The user's
+``tokenized_sources`` enter here, verified and linked as ``tokenized/{group}_split_{source}-{NNNN}_text_document``.
 """
 
 
@@ -59,6 +60,26 @@ rule tokenize:
     shell:
         "python -m workflow_scripts tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
         " --tokenizer-model {input.model:q} {params.settings} --threads {threads} > {log:q} 2>&1"
+
+
+rule import_tokenized:
+    input:
+        unpack(get_import_inputs),
+    output:
+        multiext(f"{TOK}/{naming.tokenized_prefix('{imported}')}", ".bin", ".idx", ".stats.json"),
+    log:
+        f"{LOGS}/tokenize/{{imported}}.log",
+    params:
+        source=lambda wildcards: get_import(wildcards).prefix,
+        prefix=lambda wildcards: f"{TOK}/{naming.tokenized_prefix(wildcards.imported)}",
+        checks=lambda wildcards: shlex.join(
+            ["--eod", get_import(wildcards).eod, *(["--bos", b] if (b := get_import(wildcards).bos) else [])]
+        ),
+    conda:
+        "../envs/tokenize.yaml"
+    shell:
+        "python -m workflow_scripts import-tokenized --prefix {params.source:q} --output-prefix {params.prefix:q}"
+        " --tokenizer-model {input.model:q} {params.checks} > {log:q} 2>&1"
 
 
 # A barrier: the one job that lists every tokenized prefix (see signatures_list).

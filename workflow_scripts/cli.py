@@ -37,6 +37,9 @@ COMMANDS: dict[str, Command] = {
     "dedup-report": _c("dedup.report", "dedup step 5: the stage's stats.json and report.json"),
     "train-tokenizer": _c("tokens.train_tokenizer", "train a SentencePiece model on shards"),
     "tokenize": _c("tokens.encode", "one shard -> Megatron {prefix}_text_document.bin/.idx"),
+    "import-tokenized": _c(
+        "tokens.imported", "verify a .bin/.idx made elsewhere and link it for the count stage"
+    ),
     "inspect": _c("tokens.inspection", "show tokenized documents as text, pieces and ids"),
     "count": _c("tokens.count", "count-named links (_dc=_sc=_tc=) and the data signature"),
     "stats": _c("core.stage_stats", "a stage's stats.json from its jobs' stats (checked to add up)"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.utils import REPO, Workflow, snakemake_env
+from tests.utils import REPO, Workflow, build_dataset, snakemake_env
 from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
@@ -287,6 +289,73 @@ def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> 
     assert {s["lang"] for s in plan["packs"][0]["slices"]} == {"en"}
     assert (workflow.root / "results" / "merged" / "all_0" / "all_0.bin").is_file()
     assert not (workflow.root / "results" / "mixtures" / "main.json").exists()
+
+
+def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path: Path) -> None:
+    """Prefixes tokenized elsewhere (by the tokenize CLI, and an index built by hand) enter at the count
+    stage, verified, and are planned with a raw source that shares their tokenizer."""
+    import sentencepiece as spm
+
+    raw = tmp_path / "raw"
+    generate(raw, seed=6, scale=0.2)
+    model = tmp_path / "spm"
+    files = sorted(map(str, raw.glob("en_*.jsonl")))
+    train = [
+        sys.executable,
+        "-m",
+        "workflow_scripts",
+        "train-tokenizer",
+        *files,
+        "--model-prefix",
+        str(model),
+    ]
+    subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
+    theirs = tmp_path / "theirs"
+    de_files = sorted(raw.glob("de_*.jsonl"))
+    tokenize = [sys.executable, "-m", "workflow_scripts", "tokenize", "--tokenizer-model", f"{model}.model"]
+    args = ["--input", str(de_files[0]), "--output-prefix", str(theirs / "corpus"), "--append-eod"]
+    subprocess.run([*tokenize, *args], check=True, cwd=REPO, capture_output=True)
+    sp = spm.SentencePieceProcessor(model_file=f"{model}.model")
+    texts = [json.loads(line)["text"] for line in de_files[0].read_text(encoding="utf-8").splitlines()[:40]]
+    build_dataset(theirs / "fr_books_hand_x", [[[*sp.encode(t), sp.eos_id()]] for t in texts])
+    config = {
+        "sample": {"enabled": False},
+        "sources": [
+            {
+                "name": "web",
+                "paths": [f"{raw}/en_web_*.jsonl"],
+                "lang": "en",
+                "domain": "web",
+                "subdomain": "cc",
+            }
+        ],
+        "tokenized_sources": [
+            {
+                "name": "old",
+                "prefixes": [f"{theirs}/corpus_*"],
+                "lang": "de",
+                "domain": "news",
+                "subdomain": "old",
+            },
+            {"name": "hand", "prefixes": [f"{theirs}/fr_books_hand_x.idx"]},
+        ],
+        "tokenizer": {"model": f"{model}.model"},
+        "mixtures": {"mix": {"lang_prob": {"en": 0.5, "de": 0.3, "fr": 0.2}}},
+        "datapacks": {"phases": [{"name": "all", "tokens": 20000, "mixture": "mix"}]},
+    }
+    (workflow.root / "byo.yaml").write_text(yaml.safe_dump(config))
+    run = ["--profile", "profiles/local", "--cores", "2", "--configfile", "byo.yaml"]
+    workflow.ok(*run, "--", "plan")
+    tok = workflow.root / "results" / "tokenized"
+    assert os.path.islink(tok / "de_news_old_split_old-0000_text_document.bin")
+    assert not list((workflow.root / "results" / "shards").glob("de_*"))  # not ingested
+    names = {
+        e["name"].split("_text_document")[0]
+        for e in json.loads((tok / "signature.json").read_text())["prefixes"]
+    }
+    assert {"de_news_old_split_old-0000", "fr_books_hand_split_hand-0000"} <= names
+    assert {s["lang"] for s in load_plan(workflow)["packs"][0]["slices"]} == {"en", "de", "fr"}
+    assert "Nothing to be done" in workflow.ok(*run, "-n", "--", "plan")
 
 
 def _sample_mixtures(**changes: dict) -> dict:

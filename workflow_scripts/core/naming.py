@@ -6,12 +6,15 @@ concept    pattern                                          example
 group      ``{lang}_{domain}_{subdomain}``                  ``en_web_cc``
 shard      ``{group}_split_{NNNN}`` + ``.jsonl[.zst|.gz]``  ``en_web_cc_split_0003.jsonl``
 prefix     ``{shard}_{key}_document`` (Megatron's name)     ``en_web_cc_split_0003_text_document``
+imported   ``{group}_split_{source}-{NNNN}_text_document``   ``en_books_old_split_prev-0002_text_document``
 counted    ``{prefix}_dc={docs}_sc={seqs}_tc={tokens}``     ``..._text_document_dc=9_sc=9_tc=812``
 slice      ``{shard}_slice{k}_{first_doc}_{tokens}``        ``en_web_cc_split_0003_slice2_0_4096``
 pack       ``{phase}_{k}`` (k counts packs over phases)     ``warmup_0``
 =========  ===============================================  =====================================
 
-Each part of a group is ``[a-z0-9]+``. ``WILDCARDS`` gives the rules' wildcard constraints.
+Each part of a group is ``[a-z0-9]+``. ``WILDCARDS`` gives the rules' wildcard constraints. An imported
+prefix (a tokenized source brought by the user) is named like a shard's whose split carries the source's name,
+so it can never collide with an ingested shard of the same group.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ GROUP_FIELDS = ("lang", "domain", "subdomain")
 PART = r"[a-z0-9]+"
 GROUP = rf"{PART}_{PART}_{PART}"
 SPLIT = r"\d+"
+IMPORTED_SPLIT = rf"{PART}-\d+"
 SHARD = rf"{GROUP}_split_{SPLIT}"
+IMPORTED = rf"{GROUP}_split_{IMPORTED_SPLIT}"
 PHASE = r"[A-Za-z0-9-]+"
 PACK = rf"{PHASE}_\d+"
 SHARD_SUFFIXES = (".jsonl.zst", ".jsonl.gz", ".jsonl")
@@ -35,6 +40,7 @@ WILDCARDS = {
     "group": GROUP,
     "split": SPLIT,
     "shard": SHARD,
+    "imported": IMPORTED,
     "pack": PACK,
     "mixture": r"[A-Za-z0-9_-]+",
     "part": r"\d+",
@@ -45,8 +51,8 @@ WILDCARDS = {
 
 _PART = re.compile(PART)
 _GROUP = re.compile(rf"(?P<lang>{PART})_(?P<domain>{PART})_(?P<subdomain>{PART})")
-_SHARD = re.compile(rf"(?P<group>{GROUP})_split_(?P<split>{SPLIT})")
-_PREFIX = re.compile(rf"(?P<shard>{SHARD})_(?P<key>[A-Za-z0-9]+)_document")
+_SHARD = re.compile(rf"(?P<group>{GROUP})_split_(?P<split>{SPLIT}|{IMPORTED_SPLIT})")
+_PREFIX = re.compile(rf"(?P<shard>{GROUP}_split_(?:{SPLIT}|{IMPORTED_SPLIT}))_(?P<key>[A-Za-z0-9]+)_document")
 _COUNTED = re.compile(r"(?P<prefix>.+)_dc=(?P<dc>\d+)_sc=(?P<sc>\d+)_tc=(?P<tc>\d+)")
 
 
@@ -74,6 +80,11 @@ def parse_group(name: str) -> dict[str, str]:
 def shard_name(group: str, index: int | str) -> str:
     """``{group}_split_{NNNN}``: an int index gets at least four digits, a string is used as is."""
     return f"{group}_split_{index:04d}" if isinstance(index, int) else f"{group}_split_{index}"
+
+
+def imported_name(group: str, source: str, index: int) -> str:
+    """The shard-like name of a user's tokenized prefix: ``{group}_split_{source}-{NNNN}``."""
+    return shard_name(group, f"{source}-{index:04d}")
 
 
 def shard_suffix(compress: bool) -> str:
