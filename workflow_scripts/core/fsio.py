@@ -114,46 +114,108 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     return open(name, "rb", buffering=1 << 20)
 
 
+MAX_READ = 1 << 20  # the most decompressed bytes one read of a .zst file returns
+
+
+class _ZstdFrameTracker:
+    """Follows the frame and block headers of a zstd stream as its compressed bytes pass, skipping (not
+    decoding) the payloads, to tell whether the stream ends on a frame boundary (RFC 8878: frames and
+    skippable frames, each block's 3-byte header gives its compressed size)."""
+
+    def __init__(self) -> None:
+        self._skip = 0  # payload bytes to pass over
+        self._want = 4  # header bytes to collect, then handed to _step
+        self._buf = b""
+        self._step = self._magic
+        self._checksum = 0
+
+    def at_boundary(self) -> bool:
+        """Whether the bytes fed so far are whole frames (true for none at all)."""
+        return self._step == self._magic and not self._buf and not self._skip
+
+    def feed(self, data: bytes) -> None:
+        pos, size = 0, len(data)
+        while pos < size:
+            if self._skip:
+                take = min(self._skip, size - pos)
+                self._skip -= take
+                pos += take
+                continue
+            take = min(self._want - len(self._buf), size - pos)
+            self._buf += data[pos : pos + take]
+            pos += take
+            if len(self._buf) == self._want:
+                header, self._buf = self._buf, b""
+                self._step(int.from_bytes(header, "little"))
+
+    def _next(self, skip: int, want: int, step: Any) -> None:
+        self._skip, self._want, self._step = skip, want, step
+
+    def _magic(self, magic: int) -> None:
+        if magic == 0xFD2FB528:
+            self._next(0, 1, self._descriptor)
+        elif magic & 0xFFFFFFF0 == 0x184D2A50:
+            self._next(0, 4, lambda size: self._next(size, 4, self._magic))
+        else:  # not zstd: the decompressor says so
+            self._next(1 << 62, 4, self._magic)
+
+    def _descriptor(self, fhd: int) -> None:
+        single = fhd >> 5 & 1
+        fields = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + (single, 2, 4, 8)[fhd >> 6]
+        self._checksum = 4 if fhd >> 2 & 1 else 0
+        self._next(fields, 3, self._block)
+
+    def _block(self, header: int) -> None:
+        size = 1 if header >> 1 & 3 == 1 else header >> 3  # RLE blocks hold one byte
+        if header & 1:  # the last block of the frame
+            self._next(size + self._checksum, 4, self._magic)
+        else:
+            self._next(size, 3, self._block)
+
+
+class _TrackedSource:
+    """A file whose bytes, as they are read, go through a _ZstdFrameTracker."""
+
+    def __init__(self, raw: IO[bytes], tracker: _ZstdFrameTracker) -> None:
+        self._raw, self._tracker = raw, tracker
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self._tracker.feed(data)
+        return data
+
+
 class ZstdFrameReader(io.RawIOBase):
-    """Streaming zstd decompression that fails on a truncated file (python-zstandard's reader does not)."""
+    """Streaming zstd decompression of every frame of a file, at most ``MAX_READ`` bytes per read (a
+    zstd bomb costs no memory), that fails on a truncated file (python-zstandard's reader does not)."""
 
     def __init__(self, path: str) -> None:
         import zstandard
 
         self._path = path
         self._raw = open(path, "rb")  # noqa: SIM115 - closed in close()
-        self._dctx = zstandard.ZstdDecompressor()
-        self._dobj = self._dctx.decompressobj()
-        self._pending = b""
-        self._offset = 0
-        self._frame_started = False
+        self._tracker = _ZstdFrameTracker()
+        self._reader = zstandard.ZstdDecompressor().stream_reader(
+            _TrackedSource(self._raw, self._tracker), read_across_frames=True, closefd=False
+        )
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while self._offset == len(self._pending):
-            chunk = self._raw.read(1 << 20)
-            if not chunk:
-                if self._frame_started and not self._dobj.eof:
-                    raise OSError(f"{self._path}: truncated zstd stream (the last frame has no end)")
-                return 0
-            self._pending, self._offset = b"", 0
-            while chunk:
-                self._frame_started = True
-                self._pending += self._dobj.decompress(chunk)
-                chunk = b""
-                if self._dobj.eof:  # a file may hold several frames
-                    chunk = self._dobj.unused_data
-                    self._dobj = self._dctx.decompressobj()
-                    self._frame_started = bool(chunk)
-        n = min(len(buffer), len(self._pending) - self._offset)
-        buffer[:n] = memoryview(self._pending)[self._offset : self._offset + n]
-        self._offset += n
+        view = memoryview(buffer).cast("B")
+        n = self._reader.readinto(view[:MAX_READ])
+        if n == 0 and len(view):
+            if self._raw.read(1):
+                raise OSError(f"{self._path}: data after the last zstd frame was not decoded")
+            if not self._tracker.at_boundary():
+                raise OSError(f"{self._path}: truncated zstd stream (the last frame has no end)")
         return n
 
     def close(self) -> None:
-        self._raw.close()
+        if not self.closed:
+            self._reader.close()
+            self._raw.close()
         super().close()
 
 
