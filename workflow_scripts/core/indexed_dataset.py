@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, dumps_json, write_json
+from workflow_scripts.core.progress import Progress
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -581,7 +582,9 @@ def _same_file(a: str, b: str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
 
-def merge(prefixes: Sequence[PathLike], out_prefix: PathLike) -> dict[str, Any]:
+def merge(
+    prefixes: Sequence[PathLike], out_prefix: PathLike, progress: Progress | None = None
+) -> dict[str, Any]:
     """Concatenate datasets in the given order into ``out_prefix``; return the counts.
 
     Every input is verified first; all must share one dtype. ``.bin`` bytes are copied in the kernel; the
@@ -614,8 +617,10 @@ def merge(prefixes: Sequence[PathLike], out_prefix: PathLike) -> dict[str, Any]:
         del ds
     with atomic_path(idx_path(out)) as idx_tmp, atomic_path(bin_path(out)) as bin_tmp:
         with open(bin_tmp, "wb") as f:
-            for p in inputs:
-                copy_range(bin_path(p), 0, _size(bin_path(p)), f)
+            for p, counts in zip(inputs, per_input, strict=True):
+                copy_range(bin_path(p), 0, size := _size(bin_path(p)), f)
+                if progress is not None:
+                    progress.advance(size, counts["documents"])
         write_index(idx_tmp, per_input[0]["dtype"], length_parts, doc_idx_parts)
     return {
         "documents": sum(x["documents"] for x in per_input),
@@ -711,11 +716,13 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     if not inputs:
         parser.error("give input prefixes or --list FILE")
     fingerprints = [fingerprint(p) for p in inputs] if args.log else []
-    summary = merge(inputs, args.output)
+    with Progress(f"merge {args.output}", sum(_size(bin_path(p)) for p in inputs)) as progress:
+        summary = merge(inputs, args.output, progress)
+        run = progress.summary(summary["documents"], summary["documents"], 0)
     if args.log:
         for entry, fp in zip(summary["inputs"], fingerprints, strict=True):
             entry.update(fp)
-        write_json(args.log, {"output": args.output, **summary})
+        write_json(args.log, {"output": args.output, **summary, "run": run})
     print(
         f"merged {len(inputs)} inputs into {args.output}: {summary['documents']} documents, "
         f"{summary['sequences']} sequences, {summary['tokens']} tokens"

@@ -27,6 +27,7 @@ from workflow_scripts.core.indexed_dataset import (
     verify,
     write_slice,
 )
+from workflow_scripts.core.progress import Progress
 from workflow_scripts.datapacks.planner import shuffle_permutation
 
 GATHER_TOKENS = 1 << 24  # tokens gathered per step when writing a shuffled copy
@@ -85,7 +86,11 @@ def pack_spec(plan: dict[str, Any], index: int, identities: dict[str, Any]) -> d
 
 
 def slice_pack(
-    spec: dict[str, Any], out_dir: str, state_in: str | None, sources_dir: str | None
+    spec: dict[str, Any],
+    out_dir: str,
+    state_in: str | None,
+    sources_dir: str | None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write the pack's slices; return its stats (with the cursor after it under ``state``)."""
     pack, pack_name = spec, spec["name"]
@@ -108,6 +113,8 @@ def slice_pack(
         counts = write_slice(src, [(a, b) for _, a, b in s["ranges"]], out)
         if counts["tokens"] != s["tokens"] or counts["documents"] != s["documents"]:
             raise RuntimeError(f"{out}: wrote {counts} but the plan says {s['tokens']} tokens")
+        if progress is not None:
+            progress.advance(os.path.getsize(out + ".bin"), counts["documents"])
         slices.append(
             {
                 "prefix": out,
@@ -141,8 +148,11 @@ def slice_main(argv: list[str] | None = None) -> None:
     p_slice.add_argument("--list", required=True, help="write the slice prefixes here, in merge order")
     args = p_slice.parse_args(argv)
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-    stats = slice_pack(read_json(args.spec), args.out_dir, args.state_in, args.sources_dir)
-    write_json(args.stats, {k: v for k, v in stats.items() if k != "state"})
+    spec = read_json(args.spec)
+    with Progress(f"slice {spec['name']}") as progress:
+        stats = slice_pack(spec, args.out_dir, args.state_in, args.sources_dir, progress)
+        run = progress.summary(stats["documents"], stats["documents"], 0)
+    write_json(args.stats, {**{k: v for k, v in stats.items() if k != "state"}, "run": run})
     with atomic_path(args.list) as tmp:
         tmp.write_text("".join(s["prefix"] + "\n" for s in stats["slices"]))
     write_json(args.state_out, {"pack": stats["pack"], "cursors": stats["state"]})

@@ -43,9 +43,7 @@ import hashlib
 import itertools
 import os
 import queue
-import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +57,7 @@ from workflow_scripts.core import naming, settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
+from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
 from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
@@ -381,7 +380,6 @@ def tokenize_file(
     *,
     workers: int = 1,
     batch_bytes: int = 4 << 20,
-    progress: bool = False,
 ) -> dict[str, Any]:
     """Tokenize one shard into ``{output_prefix}_{key}_document``; return (and write) its stats."""
     prefix = document_prefix(output_prefix, settings.json_key)
@@ -389,8 +387,9 @@ def tokenize_file(
     dtype = best_dtype(tokenizer.vocab_size)
     rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
     docs_in = docs_out = tokens = text_bytes = input_bytes = 0
-    started = last_report = time.monotonic()
+    plain = not input_path.endswith((".gz", ".zst"))
     with (
+        Progress(f"tokenize {input_path}", os.path.getsize(input_path) if plain else None) as progress,
         IndexedDatasetBuilder(prefix, dtype) as builder,
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
@@ -420,12 +419,10 @@ def tokenize_file(
             tokens += len(out)
             text_bytes += sum(itertools.compress(batch.text_bytes, keep))
             input_bytes += batch.input_bytes
-            if progress and time.monotonic() - last_report > 30:
-                last_report = time.monotonic()
-                rate = input_bytes / 1e6 / (last_report - started)
-                print(f"{input_path}: {docs_in} documents, {tokens} tokens, {rate:.1f} MB/s", file=sys.stderr)
+            progress.advance(batch.input_bytes, batch.docs_in)
         # inside the block: a mismatch leaves no output
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
+        run = progress.summary(docs_in, docs_out, sum(rejected.values()))
     stats = {
         "input": input_path,
         "output_prefix": prefix,
@@ -446,16 +443,9 @@ def tokenize_file(
         "tokens": tokens,
         "bytes": text_bytes,
         "input_bytes": input_bytes,
+        "run": run | {"workers": workers, "tokens_per_s": round(tokens / max(run["seconds"], 1e-9))},
     }
     write_json(prefix + ".stats.json", stats)
-    if progress:
-        seconds = time.monotonic() - started
-        print(
-            f"{input_path}: {docs_out}/{docs_in} documents, {tokens} tokens, {input_bytes / 1e6:.1f} MB "
-            f"in {seconds:.1f}s ({input_bytes / 1e6 / max(seconds, 1e-9):.2f} MB/s, {workers} workers) "
-            f"-> {prefix}",
-            file=sys.stderr,
-        )
     return stats
 
 
@@ -499,6 +489,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolved,
         workers=opts.threads,
         batch_bytes=int(opts.batch_mb * (1 << 20)),
-        progress=True,
     )
     return 0
