@@ -25,7 +25,7 @@ import shlex
 from snakemake.exceptions import WorkflowError
 
 from workflow_scripts.core import naming
-from workflow_scripts.core.runtime import use_this_interpreter
+from workflow_scripts.core.runtime import set_progress_interval, use_this_interpreter
 from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.datapacks.mixture import check_config
 from workflow_scripts.dedup.settings import DedupSettings
@@ -37,6 +37,7 @@ from workflow_scripts.tokens.sources import resolve_imports
 from workflow_scripts.tokens.settings import TokenizerOptions
 
 use_this_interpreter(workflow.basedir)
+set_progress_interval(config["progress_interval"])
 
 # Each job runs `python -m workflow_scripts COMMAND` (= `snakepack COMMAND`) with the interpreter that runs
 # Snakemake (see runtime.py), so that Slurm jobs and conda environments use this checkout's package.

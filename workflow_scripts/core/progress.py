@@ -17,7 +17,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-INTERVAL_ENV = "SNAKEPACK_PROGRESS_INTERVAL"
+from workflow_scripts.core.runtime import PROGRESS_INTERVAL_ENV as INTERVAL_ENV
+
 DEFAULT_INTERVAL = 60.0
 
 

@@ -1,9 +1,12 @@
-"""How rule jobs find this package and its interpreter (called once when the Snakefile is parsed)."""
+"""How rule jobs find this package, its interpreter and their settings from the environment (set once
+when the Snakefile is parsed; Slurm jobs inherit it)."""
 
 from __future__ import annotations
 
 import os
 import sys
+
+PROGRESS_INTERVAL_ENV = "SNAKEPACK_PROGRESS_INTERVAL"  # seconds between progress lines in batch jobs
 
 
 def use_this_interpreter(basedir: str) -> None:
@@ -16,3 +19,8 @@ def use_this_interpreter(basedir: str) -> None:
     os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     paths = [basedir, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+def set_progress_interval(seconds: float) -> None:
+    """Jobs print a progress line every ``seconds`` (0: none) when not on a terminal."""
+    os.environ[PROGRESS_INTERVAL_ENV] = str(seconds)
