@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ U64 = np.uint64
 BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20  # text bytes per batch: its working memory is about 31 bytes per character
 CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
+CHUNK_CHARS = 1 << 20  # a longer text is shingled in pieces of about this many characters (sign_long)
 VERSION = 1
 
 
@@ -44,23 +45,24 @@ def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def minhash(values: np.ndarray, off: np.ndarray, perms: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Signatures (n, num_perm) uint32 of the CSR sets ``values[off[i]:off[i+1]]``; empty sets give 2**32-1.
 
-    Evaluated permutation-major, ``CHUNK_CELLS`` cells at a time, the minimum taken per document by reduceat.
+    Evaluated permutation-major, ``CHUNK_CELLS`` cells at a time (a document with more shingles spans several
+    chunks), the minimum taken per document by reduceat.
     """
     a, b = perms
     sig = np.full((a.size, off.size - 1), np.iinfo(np.uint32).max, dtype=np.uint32)
     mixed = fmix32(values.astype(np.uint32))
     nonempty = np.flatnonzero(np.diff(off) > 0)
     step = max(1, CHUNK_CELLS // a.size)
-    i = 0
-    while i < nonempty.size:
-        # take documents while their shingles fit in the chunk (at least one document)
-        j = max(i + 1, int(np.searchsorted(off[nonempty + 1], off[nonempty[i]] + step, side="right")))
-        docs = nonempty[i:j]
-        lo, hi = off[docs[0]], off[docs[-1] + 1]
+    for lo in range(0, mixed.size, step):
+        hi = min(lo + step, mixed.size)
+        # the documents with shingles in [lo, hi), each from its first shingle there
+        docs = nonempty[
+            np.searchsorted(off[nonempty + 1], lo, side="right") : np.searchsorted(off[nonempty], hi)
+        ]
         cells = a[:, None] * mixed[None, lo:hi]
         cells += b[:, None]
-        sig[:, docs] = np.minimum.reduceat(cells, off[docs] - lo, axis=1)
-        i = j
+        low = np.minimum.reduceat(cells, np.maximum(off[docs], lo) - lo, axis=1)
+        sig[:, docs] = np.minimum(sig[:, docs], low)
     return np.ascontiguousarray(sig.T)
 
 
@@ -99,18 +101,23 @@ def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:
         yield batch
 
 
+def shingler(params: DedupSettings) -> Shingler:
+    """The Shingler of the settings."""
+    return Shingler(
+        params.ngram, params.char_ngram, params.lowercase, params.nfkc, params.punctuation, params.digits
+    )
+
+
 def sign_batch(
     records: list[dict[str, Any]], params: DedupSettings, perms: tuple[np.ndarray, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Per-document arrays of a batch of records: ids, scope, exact hash, band hashes, shingle CSR."""
-    shingler = Shingler(
-        params.ngram, params.char_ngram, params.lowercase, params.nfkc, params.punctuation, params.digits
-    )
     ids = [str(r["id"]).encode() for r in records]
     char_docs = np.array([r.get("lang") in params.char_langs for r in records], dtype=bool)
     scope = np.array([scope_hash(r, params.scope) for r in records], dtype=U64)
-    units, unit_off = shingler.units([r["text"] for r in records], char_docs)
-    shingles, off = shingler.shingles(units, unit_off, char_docs)
+    sh = shingler(params)
+    units, unit_off = sh.units([r["text"] for r in records], char_docs)
+    shingles, off = sh.shingles(units, unit_off, char_docs)
     values = (shingles >> U64(32)).astype(np.uint32)
     return {
         "ids": np.frombuffer(b"".join(ids), dtype=np.uint8),
@@ -121,6 +128,78 @@ def sign_batch(
         "set_len": np.diff(off),
         "shingles": values,
     }
+
+
+def sign_long(
+    record: dict[str, Any],
+    params: DedupSettings,
+    perms: tuple[np.ndarray, np.ndarray],
+    emit: Callable[[np.ndarray], object],
+) -> dict[str, np.ndarray]:
+    """``sign_batch([record])``, with the shingles passed to ``emit`` in order instead of returned, in memory
+    bounded by ``CHUNK_CHARS`` characters whatever the document's length.
+
+    The text is normalized and cut into units piece by piece (Shingler.pieces: the units are those of the
+    whole text); each piece's shingles start from the last n - 1 units of the one before, so that every
+    shingle is made once, and the signature is the elementwise minimum over the pieces' signatures.
+    """
+    sh = shingler(params)
+    char_doc = np.array([record.get("lang") in params.char_langs])
+    n = params.char_ngram if char_doc[0] else params.ngram
+    scope = scope_hash(record, params.scope)
+    exact = xxhash.xxh3_128(seed=scope)
+    sig = np.full((1, params.num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    tail = np.zeros(0, dtype=U64)
+    set_len = 0
+
+    def shingle(units: np.ndarray) -> None:
+        nonlocal set_len, sig
+        shingles, off = sh.shingles(units, np.array([0, units.size]), char_doc)
+        values = (shingles >> U64(32)).astype(np.uint32)
+        sig = np.minimum(sig, minhash(values, off, perms))
+        set_len += values.size
+        emit(values)
+
+    seen = 0
+    for piece in sh.pieces(record["text"], bool(char_doc[0]), CHUNK_CHARS):
+        units, _ = sh.units([piece], char_doc)
+        del piece
+        exact.update(units.tobytes())
+        seen += units.size
+        units = np.concatenate([tail, units])
+        if units.size >= n:
+            shingle(units)
+            units = units[units.size - (n - 1) :]
+        tail = units
+    if 0 < seen < n:  # fewer units than a shingle: the whole text is its one shingle
+        shingle(tail)
+    ident = str(record["id"]).encode()
+    digest = exact.intdigest()
+    scopes = np.array([scope], dtype=U64)
+    return {
+        "ids": np.frombuffer(ident, dtype=np.uint8),
+        "id_len": np.array([len(ident)], dtype=np.int64),
+        "scope": scopes,
+        "exact": np.array([[digest >> 64, digest & ((1 << 64) - 1)]], dtype=U64),
+        "bands": band_hashes(sig, scopes, params.bands, params.rows),
+        "set_len": np.array([set_len], dtype=np.int64),
+    }
+
+
+def _runs(records: list[dict[str, Any]]) -> Iterator[tuple[list[dict[str, Any]], bool]]:
+    """The records in order, as runs of short ones and single long ones (text over ``CHUNK_CHARS``)."""
+    run: list[dict[str, Any]] = []
+    for record in records:
+        text = record.get("text")
+        if isinstance(text, str) and len(text) > CHUNK_CHARS:
+            if run:
+                yield run, False
+                run = []
+            yield [record], True
+        else:
+            run.append(record)
+    if run:
+        yield run, False
 
 
 def _sorted_by_hash(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -151,12 +230,20 @@ def write_signatures(
     with write_store(output, meta) as store:
         if params.verify == "jaccard":
             store.append("shingles", empty["shingles"])
-        for records in _batches(shard):
-            batch = sign_batch(records, params, perms)
+
+        def emit(shingles: np.ndarray) -> None:
             if params.verify == "jaccard":
-                store.append("shingles", batch.pop("shingles"))
-            for k, v in parts.items():
-                v.append(batch[k])
+                store.append("shingles", shingles)
+
+        for records in _batches(shard):
+            for run, long in _runs(records):
+                if long:
+                    batch = sign_long(run[0], params, perms, emit)
+                else:
+                    batch = sign_batch(run, params, perms)
+                    emit(batch.pop("shingles"))
+                for k, v in parts.items():
+                    v.append(batch[k])
         arrays = {k: np.concatenate(v) for k, v in parts.items()}
         n = arrays["set_len"].size
         if n >= 1 << 32:

@@ -14,7 +14,9 @@ mod 2**64 and finished with the MurmurHash3 64-bit finalizer.
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +62,25 @@ def char_tables(punctuation: bool) -> tuple[np.ndarray, np.ndarray]:
     sep[: len(chars)] = [c.isspace() or (punctuation and unicodedata.category(c)[0] in "PS") for c in chars]
     digit[: len(chars)] = [c.isdecimal() for c in chars]
     return sep, digit
+
+
+# Characters a text may be cut before without changing its units (see Shingler.pieces): each is a starter
+# that never composes with the character before it and is its own NFKC form, is neither cased nor
+# case-ignorable (so str.lower's final-sigma rule looks no further on either side), and is neither a digit nor
+# "." or "," (the number rule looks one character to each side). Whitespace always; ASCII punctuation and
+# symbols when they are separators (or every character is a unit, as in character-shingled documents); CJK
+# ideographs only in character-shingled documents.
+CUT_SPACE = " \t\n\r\x0b\x0c"
+CUT_PUNCT = '!"#$%&()*+-/;<=>?@[\\]_{|}~'
+CUT_CJK = "\u3400-\u4dbf\u4e00-\u9fff"
+
+
+@functools.cache
+def _cut_pattern(char_doc: bool, punctuation: bool) -> re.Pattern[str]:
+    chars = (
+        CUT_SPACE + (re.escape(CUT_PUNCT) if punctuation or char_doc else "") + (CUT_CJK if char_doc else "")
+    )
+    return re.compile(f"[{chars}]")
 
 
 @functools.cache
@@ -115,6 +136,22 @@ class Shingler:
         h += (ends - starts).astype(U64)
         doc_of_unit = np.searchsorted(np.cumsum(lens), starts, side="right")
         return fmix64(h), np.concatenate([[0], np.cumsum(np.bincount(doc_of_unit, minlength=lens.size))])
+
+    def pieces(self, text: str, char_doc: bool, size: int) -> Iterator[str]:
+        """``text`` cut into consecutive pieces whose units, in order, are the units of ``text``.
+
+        Cuts are made only before a character of the cut set (see ``CUT_SPACE``); pieces have ``size // 2`` to
+        ``size`` characters where the text has such a character there, more where it has none (the whole text
+        in the worst case)."""
+        pattern = _cut_pattern(char_doc, self.punctuation)
+        start = 0
+        while len(text) - start > size:
+            cut = pattern.search(text, start + size // 2, start + size) or pattern.search(text, start + size)
+            if cut is None:
+                break
+            yield text[start : cut.start()]
+            start = cut.start()
+        yield text[start:]
 
     def shingles(
         self, unit_hash: np.ndarray, unit_off: np.ndarray, char_docs: np.ndarray
