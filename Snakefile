@@ -19,12 +19,16 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# A user's --configfile replaces the sample's named mixtures instead of merging into them (lists, such as
-# sources and datapacks.phases, are replaced by Snakemake already).
-for user_file in workflow.overwrite_configfiles or []:
-    user_config = yaml.safe_load(Path(user_file).read_text()) or {}
-    if "mixtures" in user_config:
-        config["mixtures"] = user_config["mixtures"]
+# A user's --configfile replaces the sample's named mixtures and train section instead of merging into them
+# (lists, such as sources and datapacks.phases, are replaced by Snakemake already); without a train section
+# of its own, a config that turns the sample off writes no trainer configs.
+user_configs = [yaml.safe_load(Path(f).read_text()) or {} for f in workflow.overwrite_configfiles or []]
+for user_config in user_configs:
+    for section in ("mixtures", "train"):
+        if section in user_config:
+            config[section] = user_config[section]
+if user_configs and not any("train" in c for c in user_configs) and not config.get("sample", {}).get("enabled", True):
+    config.pop("train", None)
 
 
 validate(config, "config/schema.yaml")
@@ -43,6 +47,7 @@ include: "rules/ingest.smk"
 include: "rules/dedup.smk"
 include: "rules/tokenize.smk"
 include: "rules/datapacks.smk"
+include: "rules/train.smk"
 
 
 # Small bookkeeping steps (`localrule: True` in their rules) run where Snakemake runs, not as cluster jobs.
@@ -57,3 +62,4 @@ rule all:
         expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
         f"{OUT}/plan.md",
         get_merged_packs,
+        f"{TRAIN}/configs.md" if config["train"]["base_config"] else [],

@@ -58,6 +58,9 @@ TOK = f"{OUT}/tokenized"
 TOKENIZER = config["tokenizer"]["model"] or f"{OUT}/tokenizer/spm.model"
 DATAPACKS = f"{OUT}/datapacks"
 MERGED = f"{OUT}/merged"
+TRAIN = f"{OUT}/train"
+TRAIN_CONFIG_EXT = ".yml" if config["train"]["trainer"] == "neox" else ".args"
+CHECKPOINTS = config["train"]["checkpoints_dir"] or f"{TRAIN}/checkpoints"
 SPECS = f"{DATAPACKS}/_specs"  # the plan's per-pack spec files (see the module docstring)
 
 # Each stage's settings, rendered as the options of its command (defaults from config/schema.yaml).
@@ -258,3 +261,8 @@ def get_pack_sources(wildcards):
 
 def get_merged_packs(wildcards):
     return [f"{MERGED}/{p}/{p}.bin" for p in planned_packs()]
+
+
+def get_train_configs(wildcards):
+    """Every pack's trainer config (none without ``train.base_config``)."""
+    return [f"{TRAIN}/{p}/{p}{TRAIN_CONFIG_EXT}" for p in planned_packs()] if config["train"]["base_config"] else []

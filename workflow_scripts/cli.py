@@ -47,6 +47,10 @@ COMMANDS: dict[str, Command] = {
     "plan": _c("datapacks.plan_report", "the datapack plan: plan.json, plan.csv, plan.md"),
     "shuffle": _c("datapacks.slicer", "a seeded shuffled copy of a tokenized source", "shuffle_main"),
     "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
+    "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
+    "train-summary": _c(
+        "train.configs", "the packs' training table (iterations, cadence, segments)", "summary_main"
+    ),
     "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
     "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
     "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),

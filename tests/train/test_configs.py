@@ -1,0 +1,185 @@
+"""Per-pack trainer configs: seed 000's warmup and U1_1 configs reproduced key by key, and every impossible
+setting refused with a message that says what to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.utils import write_jsonl
+from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.core.schedule import ScheduleError
+from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.train import configs
+from workflow_scripts.train.settings import TrainSettings
+
+SEQ, BATCH = 8192, 576  # seed 000: 4,718,592 tokens per iteration
+U1_TOKENS = 140_562_412_339  # the U1_1 pack seed 000 estimated at 29789.3 iterations
+
+# Seed 000's 30B base config, as far as the runbook shows it.
+BASE = {
+    "pipe_parallel_size": 1,
+    "model_parallel_size": 2,
+    "num_layers": 4,
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "seq_length": SEQ,
+    "train_batch_size": BATCH,
+    "train_micro_batch_size_per_gpu": 3,
+    "gradient_accumulation_steps": 1,
+    "optimizer": {"type": "Adam", "params": {"lr": 1.6e-4, "betas": [0.9, 0.95], "eps": 1.0e-8}},
+    "gradient_clipping": 0.5,
+    "lr_decay_style": "cosine",
+    "eval_interval": 500,
+    "data_impl": "mmap",
+}
+
+SEED_000 = {
+    "nodes": 48,  # 48 x 8 GPUs / TP 2 = DP 192 = 576 / micro batch 3
+    "gpus_per_node": 8,
+    "seconds_per_iter": 17,
+    "checkpoint_hours": 2.125,  # 450 iterations at 17 s/iter
+    "time_limit_minutes": 2520,  # 42 h: exit_interval 8550 ("exit every ~40 h")
+    "keep_last": 100_000,
+    "phase_overrides": {
+        "warmup": {
+            "optimizer": {"type": "Adam", "params": {"lr": 1.8e-4, "betas": [0.9, 0.95], "eps": 1.0e-8}},
+            "gradient_clipping": 0.4,
+            "eval_interval": 250,
+            "checkpoint_factor": 1750,
+        }
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("model")
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    texts = [" ".join(words[i % 7 :] + words[: i % 5]) for i in range(300)]
+    src = write_jsonl(root / "corpus.jsonl", [{"text": t} for t in texts])
+    args = [str(src), "--model-prefix", str(root / "spm"), "--vocab-size", "300", "--max-sentences", "1000"]
+    assert snakepack(["train-tokenizer", *args]) == 0
+    return root / "spm.model"
+
+
+def plan(merged: Path) -> dict[str, Any]:
+    packs = [("warmup_0", "warmup", 2000, 0), ("U1_1", "U1", train_iters(U1_TOKENS, SEQ, BATCH), 2000)]
+    return {
+        "seq_length": SEQ,
+        "global_batch_size": BATCH,
+        "packs": [
+            {
+                "name": n,
+                "phase": ph,
+                "train_iters": it,
+                "iteration_offset": off,
+                "tokens": 1,
+                "merged_prefix": str(merged / n / n),
+            }
+            for n, ph, it, off in packs
+        ],
+    }
+
+
+def signature(eod: int) -> dict[str, Any]:
+    return {"prefixes": [{"identity": {"tokenizer": {"eod_id": eod}}}]}
+
+
+def write(tmp_path: Path, model: Path, base: dict, train: dict, pack: str, eod: int = 3) -> tuple[dict, dict]:
+    base_path = tmp_path / "base.yml"
+    base_path.write_text(yaml.safe_dump(base))
+    settings = TrainSettings.from_config({**train, "base_config": str(base_path)})
+    configs.write_pack_config(
+        plan(tmp_path / "merged"),
+        signature(eod),
+        pack,
+        str(base_path),
+        settings,
+        str(model),
+        str(tmp_path / "train"),
+        "/scratch/ckpt",
+        1234,
+    )
+    config = yaml.safe_load((tmp_path / "train" / pack / f"{pack}.yml").read_text())
+    return config, read_json(tmp_path / "train" / pack / "keys.json")
+
+
+def test_seed_000_u1_1_key_by_key(tmp_path: Path, model: Path) -> None:
+    config, record = write(tmp_path, model, BASE, SEED_000, "U1_1")
+    n = train_iters(U1_TOKENS, SEQ, BATCH)
+    assert n < 29790  # the seed rounded 29789.3 up: a second, reshuffled epoch under GPT-NeoX
+    expected = {
+        "train_data_paths": [str(tmp_path / "merged" / "U1_1" / "U1_1")],  # no .bin
+        "lr_decay_style": "constant",
+        "warmup": 0,
+        "train_iters": n,
+        "iteration_offset": 2000,
+        "override_lr_scheduler": True,
+        "checkpoint_factor": 450,
+        "exit_interval": 8550,
+        "keep_last_n_checkpoints": 100_000,
+        "save": "/scratch/ckpt",
+        "load": "/scratch/ckpt",
+    }
+    assert {k: config[k] for k in expected} == expected
+    assert config["optimizer"]["params"]["lr"] == 1.6e-4 and config["gradient_clipping"] == 0.5
+    assert config["eval_interval"] == 500
+    assert record["summary"]["segments"] == -(-n // 8550) + 1  # one spare segment
+    assert record["replaced_from_base"] == {"lr_decay_style": "cosine"}
+
+
+def test_seed_000_warmup_key_by_key(tmp_path: Path, model: Path) -> None:
+    config, _ = write(tmp_path, model, BASE, SEED_000, "warmup_0")
+    expected = {
+        "train_iters": 2000,
+        "iteration_offset": 0,
+        "warmup": 1,
+        "checkpoint_factor": 1750,
+        "exit_interval": 8750,
+        "eval_interval": 250,
+        "gradient_clipping": 0.4,
+    }
+    assert {k: config[k] for k in expected} == expected
+    assert config["optimizer"]["params"]["lr"] == 1.8e-4
+    assert "override_lr_scheduler" not in config  # seed 000: absent for the warmup pack
+
+
+@pytest.mark.parametrize(
+    ("base", "train", "message"),
+    [
+        (
+            {**BASE, "seq_length": 4096},
+            SEED_000,
+            "seq_length 4096, but the plan uses training.seq_length 8192",
+        ),
+        ({**BASE, "train_batch_size": 512}, SEED_000, "train batch size 512, but the plan uses"),
+        ({**BASE, "train_micro_batch_size_per_gpu": 5}, SEED_000, r"use 0\|960|use 960"),
+        ({**BASE, "gradient_accumulation_steps": 2}, SEED_000, "gradient_accumulation_steps 2, but 576"),
+        ({**BASE, "num_attention_heads": 7}, SEED_000, "not the hidden size 512"),
+        (BASE, {**SEED_000, "nodes": 47}, "not divisible by micro batch 3 x data parallel 188"),
+        (BASE, {**SEED_000, "time_limit_minutes": 60}, "fewer than one checkpoint interval"),
+    ],
+)
+def test_impossible_settings_say_what_to_change(
+    tmp_path: Path, model: Path, base: dict, train: dict, message: str
+) -> None:
+    with pytest.raises((configs.ConfigError, ScheduleError), match=message):
+        write(tmp_path, model, base, train, "U1_1")
+
+
+def test_neox_eod_must_match_the_data(tmp_path: Path, model: Path) -> None:
+    with pytest.raises(configs.ConfigError, match=r"ends documents with id 2 \('</s>'\), but GPT-NeoX"):
+        write(tmp_path, model, BASE, SEED_000, "U1_1", eod=2)
+
+
+def test_finetune_start_checkpoint_offsets_every_pack(tmp_path: Path, model: Path) -> None:
+    train = {**SEED_000, "finetune_from": "/scratch/ckpt/final/global_step423858"}
+    first, _ = write(tmp_path, model, BASE, train, "warmup_0")
+    later, _ = write(tmp_path, model, BASE, train, "U1_1")
+    assert (first["iteration_offset"], first["finetune"]) == (423858, True)
+    assert (later["iteration_offset"], later["finetune"]) == (425858, False)

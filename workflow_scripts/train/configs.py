@@ -1,0 +1,415 @@
+"""Per-pack trainer configs: the user's base config + the keys computed from the plan + phase overrides.
+
+Usage::
+
+    snakepack train-config --plan plan.json --signature signature.json --base BASE --pack P \\
+        --tokenizer-model M.model --out-dir results/train [train settings...]
+
+writes ``{out}/{P}/{P}.yml`` (GPT-NeoX) or ``{out}/{P}/{P}.args`` (Megatron-LM, one ``--flag value`` a line)
+and ``{out}/{P}/keys.json``, which lists every key the workflow set, its value and why. Nothing is typed by
+hand: ``train_data_paths``, ``train_iters``, ``iteration_offset``, ``save``/``load``, the LR keys of the first
+and later packs, ``checkpoint_factor`` (from ``checkpoint_hours`` and ``seconds_per_iter``, or the checkpoint
+rounds), ``exit_interval`` (the largest multiple of it that fits the Slurm time limit minus margins) and, for
+Megatron-LM, ``--exit-duration-in-mins`` and ``--exit-signal-handler``.
+
+The base config is checked against the plan: ``seq_length`` and the global batch size must agree (the error
+names both values), the batch must split over the GPUs (``train.nodes`` x ``gpus_per_node`` / (TP x PP)),
+heads x head size must equal the hidden size, and the EOD the trainer will use must be the one the data
+ends with (GPT-NeoX's ``SPMTokenizer`` uses ``<|endoftext|>``, or ``<unk>`` when the model lacks it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from workflow_scripts.core import schedule
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.train.settings import TrainSettings
+
+NEOX_EOD_PIECE = "<|endoftext|>"
+
+
+class ConfigError(UserError, ValueError):
+    """A base config or setting that disagrees with the plan; the message names both values."""
+
+
+@dataclass
+class Keys:
+    """The keys the workflow sets on a pack's config, with the reason for each."""
+
+    values: dict[str, Any]
+    why: dict[str, str]
+
+    def set(self, key: str, value: Any, why: str) -> None:
+        self.values[key] = value
+        self.why[key] = why
+
+
+# --- base configs -------------------------------------------------------------------------------------------
+
+
+def read_base(path: str, trainer: str) -> dict[str, Any]:
+    """The base config as a dict: GPT-NeoX YAML (keys normalised to underscores, as GPT-NeoX does), or a
+    Megatron-LM arguments file (``--flag value``; a flag without value is ``True``)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if trainer == "neox":
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
+        return {k.replace("-", "_"): v for k, v in data.items()}
+    args: dict[str, Any] = {}
+    tokens = shlex.split(text, comments=True)
+    for i, token in enumerate(tokens):
+        if not token.startswith("--"):
+            if i == 0 or not tokens[i - 1].startswith("--"):
+                raise ConfigError(f"{path}: {token!r} is not a --flag or a flag's value")
+            continue
+        value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else True
+        args[token[2:].replace("-", "_")] = _number(value)
+    return args
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", value):
+        return float(value)
+    return value
+
+
+# --- checks against the plan --------------------------------------------------------------------------------
+
+
+def _first(base: dict[str, Any], *names: str) -> Any:
+    return next((base[n] for n in names if base.get(n) is not None), None)
+
+
+def check_base(
+    base: dict[str, Any], plan: dict[str, Any], train: TrainSettings, base_path: str
+) -> dict[str, int]:
+    """Check the base config against the plan and the cluster; return the parallel layout."""
+    seq = _first(base, "seq_length")
+    if seq is not None and int(seq) != plan["seq_length"]:
+        raise ConfigError(
+            f"{base_path}: seq_length {seq}, but the plan uses training.seq_length {plan['seq_length']}"
+        )
+    batch = _first(base, "train_batch_size", "global_batch_size")
+    if batch is not None and int(batch) != plan["global_batch_size"]:
+        raise ConfigError(
+            f"{base_path}: train batch size {batch}, but the plan uses training.global_batch_size "
+            f"{plan['global_batch_size']}"
+        )
+    tp = int(_first(base, "model_parallel_size", "tensor_model_parallel_size") or 1)
+    pp = int(_first(base, "pipe_parallel_size", "pipeline_model_parallel_size") or 1)
+    dp = schedule.data_parallel_size(train.nodes, train.gpus_per_node, tp, pp)
+    micro = int(_first(base, "train_micro_batch_size_per_gpu", "micro_batch_size") or 1)
+    accumulation = schedule.check_batch(plan["global_batch_size"], micro, dp)
+    given = _first(base, "gradient_accumulation_steps")
+    if given is not None and int(given) != accumulation:
+        raise ConfigError(
+            f"{base_path}: gradient_accumulation_steps {given}, but {plan['global_batch_size']} = micro "
+            f"batch {micro} x data parallel {dp} x {accumulation}"
+        )
+    hidden, heads = _first(base, "hidden_size"), _first(base, "num_attention_heads")
+    if hidden is not None and heads is not None:
+        schedule.check_heads(int(hidden), int(heads), _first(base, "kv_channels"))
+    return {"tp": tp, "pp": pp, "dp": dp, "micro": micro, "accumulation": accumulation}
+
+
+def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> int | None:
+    """The EOD id the data ends with (from the signature); a GPT-NeoX trainer must agree on it."""
+    ids = {
+        (e.get("identity") or {}).get("tokenizer", {}).get("eod_id")
+        for e in signature["prefixes"]
+        if (e.get("identity") or {}).get("tokenizer")
+    }
+    if len(ids) != 1:
+        return None
+    eod = ids.pop()
+    if trainer == "neox" and eod is not None:
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
+        neox = sp.piece_to_id(NEOX_EOD_PIECE)
+        if sp.id_to_piece(neox) != NEOX_EOD_PIECE or neox != eod:
+            raise ConfigError(
+                f"the data ends documents with id {eod} ({sp.id_to_piece(eod)!r}), but GPT-NeoX's "
+                f"SPMTokenizer takes EOD = piece_to_id('{NEOX_EOD_PIECE}') = {neox} "
+                f"({sp.id_to_piece(neox)!r}) with {tokenizer_model}: end-of-document masking would point at "
+                f"the wrong token. Use a model with '{NEOX_EOD_PIECE}' (tokenize.eod_piece then picks it) or "
+                "train with Megatron-LM"
+            )
+    return eod
+
+
+# --- the computed keys --------------------------------------------------------------------------------------
+
+
+def checkpoint_keys(train: TrainSettings, start: int, stop: int) -> tuple[int, list[int]]:
+    """(checkpoint_factor, extra save iterations) of a pack spanning global iterations ``(start, stop]``."""
+    if train.checkpoint_rounds:
+        rounds = schedule.neox_rounds(train.checkpoint_rounds, start, stop)
+        return int(rounds["checkpoint_factor"]), list(rounds["extra_save_iters"])
+    return schedule.checkpoint_factor(train.seconds_per_iter, train.checkpoint_hours), []
+
+
+def pack_keys(
+    plan: dict[str, Any], index: int, train: TrainSettings, checkpoints: str, tokenizer_model: str, seed: int
+) -> Keys:
+    """Every key the workflow sets on pack ``index``'s config (trainer-neutral names: GPT-NeoX's)."""
+    pack = plan["packs"][index]
+    keys = Keys({}, {})
+    start_offset = _start_step(train.finetune_from)
+    offset = start_offset + pack["iteration_offset"]
+    keys.set("train_data_paths", [pack["merged_prefix"]], "the merged pack (prefix, no .bin)")
+    keys.set("train_data_weights", [1.0], "one path: the pack is already mixed")
+    keys.set(
+        "train_iters",
+        pack["train_iters"],
+        f"the plan: the most iterations that read {pack['tokens']} tokens once",
+    )
+    keys.set(
+        "iteration_offset",
+        offset,
+        "global step before this pack: the previous packs' iterations"
+        + (f" after the start checkpoint {start_offset}" if start_offset else ""),
+    )
+    keys.set("seq_length", plan["seq_length"], "training.seq_length")
+    keys.set("train_batch_size", plan["global_batch_size"], "training.global_batch_size")
+    keys.set("save", checkpoints, "one checkpoint directory for the whole run (global_stepN tags)")
+    keys.set("load", checkpoints, "resume from its latest checkpoint")
+    keys.set("vocab_file", tokenizer_model, "the tokenizer the data was made with")
+    keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
+    keys.set("seed", seed, "the workflow's seed")
+    overrides = train.phase_overrides.get(pack["phase"], {})
+    factor, extra = checkpoint_keys(train, offset, offset + pack["train_iters"])
+    why = (
+        "the last checkpoint round's interval"
+        if train.checkpoint_rounds
+        else f"{train.checkpoint_hours:g} h between checkpoints at {train.seconds_per_iter:g} s/iter"
+    )
+    if "checkpoint_factor" in overrides:
+        factor, why = int(overrides["checkpoint_factor"]), f"train.phase_overrides.{pack['phase']}"
+    keys.set("checkpoint_factor", factor, why)
+    if extra:
+        keys.set("extra_save_iters", extra, "the earlier checkpoint rounds")
+    interval = schedule.exit_interval(
+        train.time_limit_minutes, train.seconds_per_iter, factor, train.startup_minutes, train.save_minutes
+    )
+    keys.set(
+        "exit_interval",
+        interval,
+        f"the largest multiple of checkpoint_factor {factor} within {train.time_limit_minutes:g} min minus "
+        f"{train.startup_minutes + train.save_minutes:g} min of margins at {train.seconds_per_iter:g} s/iter",
+    )
+    if train.keep_last:
+        keys.set("keep_last_n_checkpoints", train.keep_last, "train.keep_last")
+    lr = train.first_pack if index == 0 else train.later_packs
+    for key, value in lr.items():
+        keys.set(
+            key, value, "train.first_pack (seed 000's warmup pack)" if index == 0 else "train.later_packs"
+        )
+    if train.finetune_from:
+        keys.set("finetune", index == 0, "the first pack starts from train.finetune_from (weights only)")
+    for key, value in overrides.items():
+        if key != "checkpoint_factor":
+            keys.set(key, value, f"train.phase_overrides.{pack['phase']}")
+    return keys
+
+
+def _start_step(checkpoint: str | None) -> int:
+    """N of a ``global_stepN`` start checkpoint (0 without one)."""
+    if not checkpoint:
+        return 0
+    match = re.search(r"global_step(\d+)$", os.path.normpath(checkpoint))
+    if match is None:
+        raise ConfigError(f"train.finetune_from: {checkpoint} is not a global_stepN checkpoint directory")
+    return int(match[1])
+
+
+MEGATRON_FLAGS = {
+    "train_data_paths": "data_path",
+    "train_batch_size": "global_batch_size",
+    "checkpoint_factor": "save_interval",
+    "vocab_file": "tokenizer_model",
+}
+
+
+def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings) -> dict[str, Any]:
+    """Megatron-LM arguments: the base, then the computed keys under Megatron's names.
+
+    Megatron-LM has no ``iteration_offset``: ``--train-iters`` is the global step to stop at (offset +
+    the pack's iterations); a pack after the first resets the data position with ``--override-opt-param-
+    scheduler`` off and ``--reset-dataloader`` semantics provided by loading with ``--no-load-optim`` left
+    as configured — the pack boundary is where its checkpoint is loaded with ``--finetune`` false.
+    """
+    args = dict(base)
+    for key, value in keys.values.items():
+        if key in ("train_data_weights", "iteration_offset", "extra_save_iters"):
+            continue
+        name = MEGATRON_FLAGS.get(key, key)
+        if key == "train_iters":
+            value = keys.values["iteration_offset"] + value
+        elif key == "tokenizer_type":
+            value = "GPTSentencePieceTokenizer"
+        args[name] = value
+    args["exit_duration_in_mins"] = schedule.exit_duration_minutes(
+        train.time_limit_minutes, train.save_minutes
+    )
+    args["exit_signal_handler"] = True
+    return args
+
+
+def render_megatron(args: dict[str, Any]) -> str:
+    """One ``--flag [value ...]`` a line (``True`` flags without value, lists space-separated)."""
+    lines = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            lines.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, list):
+            lines.append(shlex.join([flag, *map(str, value)]))
+        else:
+            lines.append(shlex.join([flag, str(value)]))
+    return "\n".join(lines) + "\n"
+
+
+def write_pack_config(
+    plan: dict[str, Any],
+    signature: dict[str, Any],
+    pack_name: str,
+    base_path: str,
+    train: TrainSettings,
+    tokenizer_model: str,
+    out_dir: str,
+    checkpoints: str,
+    seed: int,
+) -> dict[str, Any]:
+    """Check and write one pack's config and its ``keys.json``; return the summary row."""
+    names = [p["name"] for p in plan["packs"]]
+    if pack_name not in names:
+        raise ConfigError(f"pack {pack_name} is not in the plan (packs: {', '.join(names)})")
+    index = names.index(pack_name)
+    base = read_base(base_path, train.trainer)
+    layout = check_base(base, plan, train, base_path)
+    eod = check_eod(signature, tokenizer_model, train.trainer)
+    keys = pack_keys(plan, index, train, checkpoints, tokenizer_model, seed)
+    replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
+    folder = os.path.join(out_dir, pack_name)
+    os.makedirs(folder, exist_ok=True)
+    if train.trainer == "neox":
+        path = os.path.join(folder, f"{pack_name}.yml")
+        text = yaml.safe_dump({**base, **keys.values}, sort_keys=False, width=120)
+    else:
+        path = os.path.join(folder, f"{pack_name}.args")
+        text = render_megatron(megatron_args(base, keys, train))
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    pack = plan["packs"][index]
+    row = summary_row(pack, keys, train, layout, path)
+    write_json(
+        os.path.join(folder, "keys.json"),
+        {
+            "config": path,
+            "base": base_path,
+            "trainer": train.trainer,
+            "eod_id": eod,
+            "layout": layout,
+            "set": {k: {"value": v, "why": keys.why[k]} for k, v in keys.values.items()},
+            "replaced_from_base": replaced,
+            "summary": row,
+        },
+    )
+    return row
+
+
+SUMMARY_COLUMNS = [
+    "pack",
+    "config",
+    "train_iters",
+    "iteration_offset",
+    "checkpoint_factor",
+    "exit_interval",
+    "segments",
+    "hours",
+    "data_parallel",
+]
+
+
+def summary_row(
+    pack: dict[str, Any], keys: Keys, train: TrainSettings, layout: dict[str, int], path: str
+) -> dict[str, Any]:
+    """What the plan shows for a pack's training: iterations, cadence, segments, time."""
+    iters, interval = pack["train_iters"], keys.values["exit_interval"]
+    return {
+        "pack": pack["name"],
+        "config": path,
+        "train_iters": iters,
+        "iteration_offset": keys.values["iteration_offset"],
+        "checkpoint_factor": keys.values["checkpoint_factor"],
+        "exit_interval": interval,
+        "segments": schedule.segments(iters, interval, train.spare_segments),
+        "hours": round(iters * train.seconds_per_iter / 3600, 3),
+        "data_parallel": layout["dp"],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--signature", required=True)
+    parser.add_argument("--pack", required=True)
+    parser.add_argument("--tokenizer-model", required=True)
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--checkpoints", required=True, help="the run's save/load directory")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--train-json", required=True, help="the config's train section, as JSON")
+    args = parser.parse_args(argv)
+    train = TrainSettings.from_config(json.loads(args.train_json))
+    if not train.base_config:
+        parser.error("train.base_config is not set")
+    row = write_pack_config(
+        read_json(args.plan),
+        read_json(args.signature),
+        args.pack,
+        train.base_config,
+        train,
+        os.path.abspath(args.tokenizer_model),
+        args.out_dir,
+        os.path.abspath(args.checkpoints),
+        args.seed,
+    )
+    print(" ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
+
+
+def summary_main(argv: Sequence[str] | None = None) -> int:
+    """``snakepack train-summary``: the packs' training rows as CSV and Markdown, printed too."""
+    import pandas as pd
+
+    parser = argparse.ArgumentParser(description="The per-pack training summary table.")
+    parser.add_argument("--csv", required=True)
+    parser.add_argument("--md", required=True)
+    parser.add_argument("keys", nargs="*", help="each pack's keys.json, in plan order")
+    args = parser.parse_args(argv)
+    table = pd.DataFrame([read_json(k)["summary"] for k in args.keys], columns=SUMMARY_COLUMNS)
+    with atomic_path(args.csv) as tmp:
+        table.to_csv(tmp, index=False)
+    text = table.to_markdown(index=False) if len(table) else "(no packs)"
+    with atomic_path(args.md) as tmp:
+        tmp.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0

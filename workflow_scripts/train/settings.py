@@ -1,0 +1,42 @@
+"""The train stage's settings (config ``train``), typed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workflow_scripts.core.schedule import Round
+from workflow_scripts.core.settings import from_config, setting
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How the per-pack trainer configs are made (see config/schema.yaml, section ``train``)."""
+
+    trainer: str = setting("train", "trainer")
+    base_config: str | None = setting("train", "base_config")
+    checkpoints_dir: str | None = setting("train", "checkpoints_dir")
+    nodes: int = setting("train", "nodes")
+    gpus_per_node: int = setting("train", "gpus_per_node")
+    seconds_per_iter: float = setting("train", "seconds_per_iter")
+    checkpoint_hours: float = setting("train", "checkpoint_hours")
+    time_limit_minutes: float = setting("train", "time_limit_minutes")
+    startup_minutes: float = setting("train", "startup_minutes")
+    save_minutes: float = setting("train", "save_minutes")
+    spare_segments: int = setting("train", "spare_segments")
+    first_pack: dict[str, Any] = setting("train", "first_pack")
+    later_packs: dict[str, Any] = setting("train", "later_packs")
+    phase_overrides: dict[str, Any] = setting("train", "phase_overrides")
+    checkpoint_rounds: tuple[Round, ...] = ()
+    keep_last: int = setting("train", "keep_last")
+    milestones: tuple[int, ...] = setting("train", "milestones")
+    bytes_per_param: float = setting("train", "bytes_per_param")
+    checkpoint_quota_tb: float | None = setting("train", "checkpoint_quota_tb")
+    finetune_from: str | None = setting("train", "finetune_from")
+
+    @classmethod
+    def from_config(cls, section: dict[str, Any]) -> TrainSettings:
+        """From the config's ``train`` section; missing keys take the schema's defaults."""
+        rounds = tuple(Round(r["interval"], r.get("until")) for r in section.get("checkpoint_rounds", ()))
+        rest = {k: v for k, v in section.items() if k != "checkpoint_rounds"}
+        return from_config(cls, rest, checkpoint_rounds=rounds)
