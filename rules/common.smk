@@ -212,7 +212,7 @@ def get_list_chunks(kind):
 
 def plan_config():
     """The configuration the plan depends on, as JSON (a change reruns the plan)."""
-    keys = ("seed", "training", "datapacks", "mixtures")
+    keys = ("seed", "training", "datapacks", "mixtures", "train")
     return json.dumps({k: config[k] for k in keys}, sort_keys=True)
 
 

@@ -85,8 +85,20 @@ def test_checkpoint_rounds() -> None:
     assert saves[:11] == [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 108]
     assert [i for i in saves if i > 1000] == [1500, 3000, 4500]
     assert len([i for i in saves if 100 < i <= 1000]) == 50  # "50 checkpoints, interval 18 steps"
-    keys = s.neox_rounds(rounds, 0, 4500)
-    assert keys["checkpoint_factor"] == 1500 and keys["extra_save_iters"] == saves[:60]
+    assert s.neox_rounds(rounds, 0, 4500) == (1500, saves[:60])
     assert s.save_iterations(rounds, 2000, 2600) == [2600]  # a later pack: the final save only
     assert s.kept_checkpoints(saves, 2, milestones=[100, 1000]) == [100, 3000, 4500]
+    assert s.kept_checkpoints(saves, 0) == saves
     assert s.checkpoint_bytes(13e9) == 182e9
+
+
+def test_cadence_of_a_pack() -> None:
+    cadence = s.Cadence(seconds_per_iter=17, checkpoint_hours=2.125, time_limit_minutes=2520, spare_segments=1)
+    pack = cadence.pack(offset=2000, train_iters=29_640)
+    assert (pack.checkpoint_factor, pack.exit_interval, pack.segments) == (450, 8550, 5)
+    assert pack.saves[:2] == [2250, 2700] and pack.saves[-1] == 31_640
+    assert cadence.pack(0, 2000, factor=1750).exit_interval == 8750
+    rounds = s.Cadence(1, 1, 60, rounds=(s.Round(10, 100), s.Round(50))).pack(0, 120)
+    assert (rounds.checkpoint_factor, rounds.extra_save_iters) == (50, [10, 20, 30, 40, 60, 70, 80, 90])
+    assert (rounds.exit_interval, rounds.segments, rounds.hours) == (2400, 1, 0.033)
+    assert rounds.saves == [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 120]

@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
+from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import neox_samples, tokens_for_iters, train_iters
+from workflow_scripts.datapacks.plan_report import add_training, training_lines
 from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 from workflow_scripts.datapacks.settings import Phase, PlanSettings, TrainingSettings
 
@@ -167,3 +169,35 @@ def test_sources_of_different_tokenizers_are_refused() -> None:
     check_one_tokenizer([entry("a", "x"), entry("b", "x"), {"name": "byo", "identity": {"tokenizer": None}}])
     with pytest.raises(PlanError, match="different tokenizers"):
         check_one_tokenizer([entry("a", "x"), entry("b", "y")])
+
+
+def _training_config(**train: object) -> dict:
+    defaults = {k: v.get("default") for k, v in schema_entry("", "train")["properties"].items()}
+    return {"training": {"model_params": 13e9}, "train": {**defaults, "base_config": "base.yml", **train}}
+
+
+def test_plan_shows_training_cadence_and_refuses_checkpoints_over_quota() -> None:
+    def plan() -> dict:
+        packs = [("warmup_0", "warmup", 2000, 0), ("U1_1", "U1", 29640, 2000)]
+        return {
+            "packs": [
+                {"name": n, "phase": p, "train_iters": i, "iteration_offset": o} for n, p, i, o in packs
+            ]
+        }
+
+    train = {"seconds_per_iter": 17, "checkpoint_hours": 2.125, "time_limit_minutes": 2520, "keep_last": 3}
+    planned = plan()
+    add_training(planned, _training_config(**train, phase_overrides={"warmup": {"checkpoint_factor": 1750}}))
+    warmup, u1 = (p["training"] for p in planned["packs"])
+    assert (warmup["checkpoint_factor"], warmup["exit_interval"], warmup["segments"]) == (1750, 8750, 2)
+    assert (u1["config"], u1["checkpoint_factor"], u1["exit_interval"], u1["segments"]) == (
+        "train/U1_1/U1_1.yml",
+        450,
+        8550,
+        5,
+    )
+    disk = planned["checkpoint_disk"]
+    assert disk["checkpoints_kept"] == 3 and disk["tb_needed"] == 0.182 * 4
+    assert "disk needed: 0.728 TB" in "\n".join(training_lines(planned))
+    with pytest.raises(PlanError, match=r"need 0.728 TB \(3 kept \+ 1 being written, 0.182 TB each\), over"):
+        add_training(plan(), _training_config(**train, checkpoint_quota_tb=0.5))

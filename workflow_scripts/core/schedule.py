@@ -9,8 +9,11 @@ tests hold the correct values (and README's "Training configs" says where the se
 from __future__ import annotations
 
 import math
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workflow_scripts.core.cli import UserError
 
@@ -234,12 +237,21 @@ def save_iterations(rounds: Sequence[Round], start: int, stop: int) -> list[int]
     return sorted(i for i in saves | {stop} if start < i <= stop)
 
 
-def neox_rounds(rounds: Sequence[Round], start: int, stop: int) -> dict[str, object]:
-    """Rounds as GPT-NeoX keys: the last round's interval as ``checkpoint_factor`` and the earlier rounds'
-    saves as ``extra_save_iters``."""
+def neox_rounds(rounds: Sequence[Round], start: int, stop: int) -> tuple[int, list[int]]:
+    """Rounds as GPT-NeoX keys: (``checkpoint_factor``, ``extra_save_iters``): the last round's interval,
+    and the earlier rounds' saves that it does not make."""
     last = rounds[-1].interval
-    extra = [i for i in save_iterations(rounds[:-1], start, stop) if i % last and i != stop]
-    return {"checkpoint_factor": last, "extra_save_iters": extra}
+    return last, [i for i in save_iterations(rounds[:-1], start, stop) if i % last and i != stop]
+
+
+def start_step(checkpoint: str | None) -> int:
+    """N of a ``global_stepN`` start checkpoint (seed 003's finetune start); 0 without one."""
+    if not checkpoint:
+        return 0
+    name = os.path.basename(os.path.normpath(checkpoint))
+    if not re.fullmatch(r"global_step\d+", name):
+        raise ScheduleError(f"train.finetune_from: {checkpoint} is not a global_stepN checkpoint directory")
+    return int(name.removeprefix("global_step"))
 
 
 def checkpoint_bytes(params: float, bytes_per_param: float = 14.0) -> float:
@@ -248,6 +260,67 @@ def checkpoint_bytes(params: float, bytes_per_param: float = 14.0) -> float:
 
 
 def kept_checkpoints(saves: Sequence[int], keep_last: int, milestones: Sequence[int] = ()) -> list[int]:
-    """The checkpoints a retention policy keeps at the end: the last ``keep_last`` and every milestone."""
-    keep = set(saves[-keep_last:]) if keep_last > 0 else set()
+    """The checkpoints a retention policy keeps at the end: the last ``keep_last`` (0: all) and every
+    milestone."""
+    keep = set(saves[-keep_last:]) if keep_last > 0 else set(saves)
     return sorted(keep | (set(saves) & set(milestones)))
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """How a pack is cut into checkpoints and Slurm segments (the config's ``train`` section)."""
+
+    seconds_per_iter: float
+    checkpoint_hours: float
+    time_limit_minutes: float
+    startup_minutes: float = 10
+    save_minutes: float = 10
+    spare_segments: int = 0
+    rounds: tuple[Round, ...] = ()
+
+    @classmethod
+    def from_config(cls, train: dict[str, Any]) -> Cadence:
+        """From the config's (validated) ``train`` section."""
+        rounds = tuple(Round(r["interval"], r.get("until")) for r in train.get("checkpoint_rounds") or ())
+        return cls(
+            seconds_per_iter=float(train["seconds_per_iter"]),
+            checkpoint_hours=float(train["checkpoint_hours"]),
+            time_limit_minutes=float(train["time_limit_minutes"]),
+            startup_minutes=float(train["startup_minutes"]),
+            save_minutes=float(train["save_minutes"]),
+            spare_segments=int(train["spare_segments"]),
+            rounds=rounds,
+        )
+
+    def pack(self, offset: int, train_iters: int, factor: int | None = None) -> PackCadence:
+        """A pack spanning global iterations ``(offset, offset + train_iters]``; ``factor`` overrides the
+        rounds and ``checkpoint_hours``."""
+        stop, extra = offset + train_iters, []
+        if factor is None and self.rounds:
+            factor, extra = neox_rounds(self.rounds, offset, stop)
+        elif factor is None:
+            factor = checkpoint_factor(self.seconds_per_iter, self.checkpoint_hours)
+        interval = exit_interval(
+            self.time_limit_minutes, self.seconds_per_iter, factor, self.startup_minutes, self.save_minutes
+        )
+        rounds = [*self.rounds[:-1], Round(factor)] if self.rounds else [Round(factor)]
+        return PackCadence(
+            checkpoint_factor=factor,
+            extra_save_iters=extra,
+            exit_interval=interval,
+            segments=segments(train_iters, interval, self.spare_segments),
+            hours=round(train_iters * self.seconds_per_iter / 3600, 3),
+            saves=save_iterations(rounds, offset, stop),
+        )
+
+
+@dataclass(frozen=True)
+class PackCadence:
+    """One pack's checkpoints and Slurm segments."""
+
+    checkpoint_factor: int
+    extra_save_iters: list[int]  # GPT-NeoX's explicit saves besides the factor's multiples
+    exit_interval: int
+    segments: int  # Slurm jobs, spares included
+    hours: float  # at the s/iter guess
+    saves: list[int]  # the global iterations it saves

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -11,9 +12,10 @@ from typing import Any
 import orjson
 import pandas as pd
 
+from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write_if_changed, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks.planner import make_plan
+from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec
 
@@ -85,6 +87,46 @@ def sources_table(plan: dict[str, Any]) -> pd.DataFrame:
     )
 
 
+def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
+    """Each pack's training cadence (config ``train``): its trainer config, ``checkpoint_factor``,
+    ``exit_interval``, Slurm segments, hours at the s/iter guess and the checkpoints it saves; and the
+    checkpoint disk of the whole run under the retention policy, refused over ``checkpoint_quota_tb``."""
+    train = config.get("train") or {}
+    if not train.get("base_config"):
+        return
+    cadence = schedule.Cadence.from_config(train)
+    ext = ".yml" if train["trainer"] == "neox" else ".args"
+    start = schedule.start_step(train.get("finetune_from"))
+    saves: list[int] = []
+    for pack in plan["packs"]:
+        given = (train["phase_overrides"].get(pack["phase"]) or {}).get("checkpoint_factor")
+        row = dataclasses.asdict(cadence.pack(start + pack["iteration_offset"], pack["train_iters"], given))
+        saves += row.pop("saves")
+        pack["training"] = {"config": f"train/{pack['name']}/{pack['name']}{ext}", **row}
+    params = (config.get("training") or {}).get("model_params")
+    kept = schedule.kept_checkpoints(saves, train["keep_last"], train["milestones"])
+    each = schedule.checkpoint_bytes(params, train["bytes_per_param"]) if params else None
+    disk = {
+        "checkpoints_saved": len(saves),
+        "checkpoints_kept": len(kept),
+        "tb_each": None if each is None else round(each / 1e12, 6),
+        # while a new checkpoint is written, the oldest kept one still exists
+        "tb_needed": None if each is None else round(each * (len(kept) + 1) / 1e12, 6),
+        "quota_tb": train.get("checkpoint_quota_tb"),
+    }
+    plan["checkpoint_disk"] = disk
+    if (
+        disk["quota_tb"] is not None
+        and disk["tb_needed"] is not None
+        and disk["tb_needed"] > disk["quota_tb"]
+    ):
+        raise PlanError(
+            f"the checkpoints need {disk['tb_needed']:g} TB ({len(kept)} kept + 1 being written, "
+            f"{disk['tb_each']:g} TB each), over train.checkpoint_quota_tb {disk['quota_tb']:g}: set "
+            "train.keep_last, fewer milestones, or a larger quota"
+        )
+
+
 def markdown(plan: dict[str, Any]) -> str:
     """The human-readable plan."""
     packs, epochs = pack_table(plan), epochs_table(plan)
@@ -100,6 +142,7 @@ def markdown(plan: dict[str, Any]) -> str:
         "",
         packs.to_markdown(index=False),
         "",
+        *training_lines(plan),
         "## Tokens by language and domain",
         "",
         plan_rows(plan).to_markdown(index=False),
@@ -116,6 +159,26 @@ def markdown(plan: dict[str, Any]) -> str:
     if upsampled:
         lines += [f"**Upsampled** (read more than once): {', '.join(upsampled)}", ""]
     return "\n".join(lines)
+
+
+def training_lines(plan: dict[str, Any]) -> list[str]:
+    """The training section of the Markdown plan (when the config has ``train.base_config``)."""
+    if not any("training" in p for p in plan["packs"]):
+        return []
+    rows = pd.DataFrame([{"pack": p["name"], **p["training"]} for p in plan["packs"]])
+    rows["extra_save_iters"] = rows["extra_save_iters"].map(len)
+    disk = plan["checkpoint_disk"]
+    quota = "" if disk["quota_tb"] is None else f" of a {disk['quota_tb']:g} TB quota"
+    need = "unknown (set training.model_params)" if disk["tb_needed"] is None else f"{disk['tb_needed']:g} TB"
+    return [
+        "## Training (trainer config, checkpoint cadence, Slurm segments, hours at the s/iter guess)",
+        "",
+        rows.to_markdown(index=False),
+        "",
+        f"checkpoints: {disk['checkpoints_saved']} saved, {disk['checkpoints_kept']} kept under the "
+        f"retention policy; disk needed: {need}{quota}",
+        "",
+    ]
 
 
 def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
@@ -181,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = PlanSettings.from_config(config)
     plan = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
     add_trainer_settings(plan, args.merged_dir)
+    add_training(plan, config)
     write_specs(plan, signature, args.specs_dir)
     stale = stale_packs(plan, args.merged_dir)
     write_json(args.out_json, plan)

@@ -156,12 +156,17 @@ def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> 
 # --- the computed keys --------------------------------------------------------------------------------------
 
 
-def checkpoint_keys(train: TrainSettings, start: int, stop: int) -> tuple[int, list[int]]:
-    """(checkpoint_factor, extra save iterations) of a pack spanning global iterations ``(start, stop]``."""
-    if train.checkpoint_rounds:
-        rounds = schedule.neox_rounds(train.checkpoint_rounds, start, stop)
-        return int(rounds["checkpoint_factor"]), list(rounds["extra_save_iters"])
-    return schedule.checkpoint_factor(train.seconds_per_iter, train.checkpoint_hours), []
+def cadence_of(train: TrainSettings) -> schedule.Cadence:
+    """The checkpoint and segment cadence of the train settings."""
+    return schedule.Cadence(
+        train.seconds_per_iter,
+        train.checkpoint_hours,
+        train.time_limit_minutes,
+        train.startup_minutes,
+        train.save_minutes,
+        train.spare_segments,
+        train.checkpoint_rounds,
+    )
 
 
 def pack_keys(
@@ -170,7 +175,7 @@ def pack_keys(
     """Every key the workflow sets on pack ``index``'s config (trainer-neutral names: GPT-NeoX's)."""
     pack = plan["packs"][index]
     keys = Keys({}, {})
-    start_offset = _start_step(train.finetune_from)
+    start_offset = schedule.start_step(train.finetune_from)
     offset = start_offset + pack["iteration_offset"]
     keys.set("train_data_paths", [pack["merged_prefix"]], "the merged pack (prefix, no .bin)")
     keys.set("train_data_weights", [1.0], "one path: the pack is already mixed")
@@ -193,24 +198,21 @@ def pack_keys(
     keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
     keys.set("seed", seed, "the workflow's seed")
     overrides = train.phase_overrides.get(pack["phase"], {})
-    factor, extra = checkpoint_keys(train, offset, offset + pack["train_iters"])
-    why = (
-        "the last checkpoint round's interval"
-        if train.checkpoint_rounds
-        else f"{train.checkpoint_hours:g} h between checkpoints at {train.seconds_per_iter:g} s/iter"
-    )
-    if "checkpoint_factor" in overrides:
-        factor, why = int(overrides["checkpoint_factor"]), f"train.phase_overrides.{pack['phase']}"
-    keys.set("checkpoint_factor", factor, why)
-    if extra:
-        keys.set("extra_save_iters", extra, "the earlier checkpoint rounds")
-    interval = schedule.exit_interval(
-        train.time_limit_minutes, train.seconds_per_iter, factor, train.startup_minutes, train.save_minutes
-    )
+    given = overrides.get("checkpoint_factor")
+    cadence = cadence_of(train).pack(offset, pack["train_iters"], None if given is None else int(given))
+    if given is not None:
+        why = f"train.phase_overrides.{pack['phase']}"
+    elif train.checkpoint_rounds:
+        why = "the last checkpoint round's interval"
+    else:
+        why = f"{train.checkpoint_hours:g} h between checkpoints at {train.seconds_per_iter:g} s/iter"
+    keys.set("checkpoint_factor", cadence.checkpoint_factor, why)
+    if cadence.extra_save_iters:
+        keys.set("extra_save_iters", cadence.extra_save_iters, "the earlier checkpoint rounds")
     keys.set(
         "exit_interval",
-        interval,
-        f"the largest multiple of checkpoint_factor {factor} within {train.time_limit_minutes:g} min minus "
+        cadence.exit_interval,
+        f"the largest multiple of checkpoint_factor within {train.time_limit_minutes:g} min minus "
         f"{train.startup_minutes + train.save_minutes:g} min of margins at {train.seconds_per_iter:g} s/iter",
     )
     if train.keep_last:
@@ -226,16 +228,6 @@ def pack_keys(
         if key != "checkpoint_factor":
             keys.set(key, value, f"train.phase_overrides.{pack['phase']}")
     return keys
-
-
-def _start_step(checkpoint: str | None) -> int:
-    """N of a ``global_stepN`` start checkpoint (0 without one)."""
-    if not checkpoint:
-        return 0
-    match = re.search(r"global_step(\d+)$", os.path.normpath(checkpoint))
-    if match is None:
-        raise ConfigError(f"train.finetune_from: {checkpoint} is not a global_stepN checkpoint directory")
-    return int(match[1])
 
 
 MEGATRON_FLAGS = {
