@@ -93,7 +93,9 @@ def test_checkpoint_rounds() -> None:
 
 
 def test_cadence_of_a_pack() -> None:
-    cadence = s.Cadence(seconds_per_iter=17, checkpoint_hours=2.125, time_limit_minutes=2520, spare_segments=1)
+    cadence = s.Cadence(
+        seconds_per_iter=17, checkpoint_hours=2.125, time_limit_minutes=2520, spare_segments=1
+    )
     pack = cadence.pack(offset=2000, train_iters=29_640)
     assert (pack.checkpoint_factor, pack.exit_interval, pack.segments) == (450, 8550, 5)
     assert pack.saves[:2] == [2250, 2700] and pack.saves[-1] == 31_640
