@@ -33,15 +33,15 @@ def _bomb(path: Path, lines: list[tuple[bytes, int]]) -> int:
 
 def _peak_growth_mib(path: Path, code: str) -> tuple[str, float]:
     """Run ``code`` (``f``: ``open_binary(path)``) in a fresh interpreter: its output and how much the peak
-    RSS grew while it ran (MiB)."""
+    RSS grew while it ran (MiB; VmHWM: ru_maxrss would count the memory of this process, which forked it)."""
     script = (
-        "import resource, sys\n"
         "from workflow_scripts.core.fsio import open_binary\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "def peak():\n"
+        "    return int(next(x for x in open('/proc/self/status') if x.startswith('VmHWM:')).split()[1])\n"
+        "before = peak()\n"
         f"with open_binary({str(path)!r}) as f:\n"
         f"    result = {code}\n"
-        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "print(result, (after - before) / 1024)\n"
+        "print(result, (peak() - before) / 1024)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True, timeout=60

@@ -151,14 +151,15 @@ def test_the_memory_of_one_huge_document_is_bounded(tmp_path: Path) -> None:
     shard = tmp_path / "en_books_pd_split_0000.jsonl"
     shard.write_bytes(orjson.dumps(_record(text, "en")) + b"\n")
     del text
-    script = (
-        "import resource, sys\n"
+    script = (  # VmHWM: ru_maxrss would count the memory of this process, which forked it
+        "import sys\n"
         "from workflow_scripts.dedup import signatures\n"
         "signatures.main(sys.argv[1:])\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+        "print(next(x for x in open('/proc/self/status') if x.startswith('VmHWM:')).split()[1])\n"
     )
     cmd = [sys.executable, "-c", script, "--input", str(shard), "--output", str(tmp_path / "s.sig")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True, timeout=60)
-    peak_mib = int(proc.stdout.split()[-1])
-    # the line and its text (2 x 16 MB), reading it (16 MB more), one piece's working memory, numpy
-    assert peak_mib < 200, f"peak RSS {peak_mib} MiB for one 16 MB document"
+    peak_mib = int(proc.stdout.split()[-1]) // 1024
+    # The line and its text (2 x 16 MB), reading it (16 MB more), one piece's working memory, numpy: about
+    # 160 MiB; unbounded (31 bytes per character), 600
+    assert peak_mib < 250, f"peak RSS {peak_mib} MiB for one 16 MB document"

@@ -48,7 +48,8 @@ def filter_shard(
         kept_out = _writer(stack, output)
         removed_out = _writer(stack, removed)
         row = -1
-        for row, line in enumerate(iter_lines(shard)):
+        for line in iter_lines(shard):
+            row += 1
             record = orjson.loads(line)
             fate = todo.pop(row, None)
             outcome = "kept" if fate is None else fate[1]
@@ -62,7 +63,8 @@ def filter_shard(
             else:
                 count["bytes_removed"] += len(line)
                 record.update(duplicate_of=fate[2], cluster=fate[0], dedup_reason=fate[1])
-                removed_out.write(orjson.dumps(record) + b"\n")
+                removed_out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+            del line, record  # not held while the next line is read
         if todo:
             raise ValueError(f"{assign}: rows {sorted(todo)[:5]} beyond the {row + 1} documents of {name}")
     result = {

@@ -22,11 +22,14 @@ group = naming.shard_group
 
 
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[bytes]:
-    """The documents (non-blank lines, newline kept) of a shard, in order."""
+    """The documents (non-blank lines, newline kept) of a shard, in order.
+
+    A line is let go before the next one is read (memory: one line, however long, not two)."""
     with open_binary(path) as fh:
         for line in fh:
-            if line.strip():
+            if not line.isspace():
                 yield line if line.endswith(b"\n") else line + b"\n"
+            del line
 
 
 def names_digest(names: list[str]) -> str:

@@ -87,13 +87,15 @@ def _batches(path: str | os.PathLike[str]) -> Iterator[list[dict[str, Any]]]:
     """Records in batches of at most ``BATCH_DOCS`` documents or about ``BATCH_BYTES`` of text (a batch
     holds at least one document), so that memory is bounded by bytes, not by the document count."""
     batch: list[dict[str, Any]] = []
-    size = 0
-    for line_no, line in enumerate(iter_lines(path), start=1):
+    size = line_no = 0
+    for line in iter_lines(path):
+        line_no += 1  # noqa: SIM113 - enumerate would hold the last line while the next is read
         try:
             batch.append(orjson.loads(line))
         except orjson.JSONDecodeError as exc:
             raise DedupError(f"{path}: document {line_no}: invalid JSON ({exc})") from None
         size += len(line)
+        del line  # not held while the batch is signed
         if len(batch) == BATCH_DOCS or size >= BATCH_BYTES:
             yield batch
             batch, size = [], 0
