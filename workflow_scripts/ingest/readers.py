@@ -7,6 +7,7 @@ A reader yields ``(line, raw)`` units: ``line`` is the 1-based line number (parq
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from workflow_scripts.core.fsio import open_binary
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 PARQUET_BATCH_ROWS = 1024
+SCAN = 1 << 20  # a long line or text is examined in slices of this many bytes or characters, never copied
 
 Decoded = tuple[str, str | None, dict[str, Any]]
 
@@ -61,7 +63,11 @@ def iter_units(path: str, fmt: str) -> Iterator[tuple[int, Any]]:
             yield from _parquet_rows(path)
         else:
             with open_binary(path) as fh:
-                yield from enumerate(fh, 1)
+                line = 0
+                for raw in fh:
+                    line += 1  # noqa: SIM113 - enumerate would hold the last line while the next is read
+                    yield line, raw
+                    del raw  # let go of a line before reading the next one
     except (OSError, EOFError, ValueError, zstandard.ZstdError) as exc:
         raise IngestError(f"{path}: cannot read as {fmt}: {exc}") from exc
 
@@ -104,19 +110,31 @@ def make_decoder(fmt: str, text_keys: Sequence[str], id_key: str | None) -> Call
 
 
 def _json_error_reason(raw: bytes) -> str:
-    if not raw.strip():
+    if not raw or raw.isspace():
         return "blank_line"
+    return "malformed_json" if is_utf8(raw) else "invalid_utf8"
+
+
+def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 (checked in slices: no decoded copy of a long line)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
     try:
-        raw.decode("utf-8")
+        for start in range(0, len(view), SCAN):
+            decoder.decode(view[start : start + SCAN])
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
-        return "invalid_utf8"
-    return "malformed_json"
+        return False
+    return True
 
 
 def decode_txt_line(raw: bytes) -> Decoded:
     """One document per line: the line without its terminator, no vendor id, no metadata."""
+    end = len(raw)
+    while end and raw[end - 1] in b"\r\n":
+        end -= 1
     try:
-        return raw.rstrip(b"\r\n").decode("utf-8"), None, {}
+        return str(memoryview(raw)[:end], "utf-8"), None, {}
     except UnicodeDecodeError:
         raise Reject("invalid_utf8") from None
 

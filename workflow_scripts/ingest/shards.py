@@ -52,6 +52,7 @@ from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
 from workflow_scripts.core.stage_stats import UnbalancedStats, check_balance
 from workflow_scripts.ingest.readers import (
+    SCAN,
     IngestError,
     Reject,
     iter_units,
@@ -159,9 +160,43 @@ def clean_text(text: str, nfc: bool = True, min_chars: int = 0, min_words: int =
         text = unicodedata.normalize("NFC", text)
     if not text or text.isspace():
         raise Reject("empty_text")
-    if (min_chars and len(text.strip()) < min_chars) or (min_words and len(text.split()) < min_words):
+    if (min_chars and stripped_len(text) < min_chars) or (min_words and not has_words(text, min_words)):
         raise Reject("too_short")
     return text
+
+
+def stripped_len(text: str) -> int:
+    """``len(text.strip())``, without copying a long text (its ends are examined in slices)."""
+    if len(text) <= SCAN:
+        return len(text.strip())
+    start, end = 0, len(text)
+    while start < end:
+        part = text[start : start + SCAN]
+        lead = len(part) - len(part.lstrip())
+        start += lead
+        if lead < len(part):
+            break
+    while end > start:
+        part = text[max(start, end - SCAN) : end]
+        trail = len(part) - len(part.rstrip())
+        end -= trail
+        if trail < len(part):
+            break
+    return end - start
+
+
+def has_words(text: str, n: int) -> bool:
+    """``len(text.split()) >= n``, without a list of every word of a long text (counted in slices)."""
+    if len(text) <= SCAN:
+        return len(text.split()) >= n
+    count, inside = 0, False  # inside: the previous slice ended inside a word
+    for start in range(0, len(text), SCAN):
+        part = text[start : start + SCAN]
+        count += len(part.split()) - (inside and not part[0].isspace())
+        if count >= n:
+            return True
+        inside = not part[-1].isspace()
+    return False
 
 
 def check_counts(stats: dict[str, Any]) -> None:
@@ -233,9 +268,9 @@ def _ingest_file(
     source = os.path.basename(path)
     lang, domain, subdomain = group
     decode = make_decoder(fmt, opts.text_key, opts.id_key)
-    docs_in = docs_out = 0
-    for line, raw in iter_units(path, fmt):
-        docs_in += 1
+
+    def one(line: int, raw: Any) -> int:
+        """Write the record of one unit, or quarantine it; return the documents written (0 or 1)."""
         try:
             text, vid, meta = decode(raw)
             text = clean_text(text, opts.nfc, opts.min_chars, opts.min_words)
@@ -244,7 +279,7 @@ def _ingest_file(
                 raise RejectedRecordError(path, line, rej.reason) from None
             rejected[rej.reason] += 1
             quarantine.write(_quarantine_entry(source, line, rej.reason, raw))
-            continue
+            return 0
         record = {
             "id": vid or f"{source}:{line}",
             "text": text,
@@ -256,7 +291,13 @@ def _ingest_file(
             "meta": meta,
         }
         writer.write(orjson.dumps(record, default=str, option=_LINE))
-        docs_out += 1
+        return 1
+
+    docs_in = docs_out = 0
+    for line, raw in iter_units(path, fmt):
+        docs_in += 1
+        docs_out += one(line, raw)
+        del raw  # let go of a line before reading the next one
     size = os.path.getsize(path)
     return {"path": path, "format": fmt, "bytes": size, "docs_in": docs_in, "docs_out": docs_out}
 
