@@ -183,3 +183,52 @@ def test_finetune_start_checkpoint_offsets_every_pack(tmp_path: Path, model: Pat
     later, _ = write(tmp_path, model, BASE, train, "U1_1")
     assert (first["iteration_offset"], first["finetune"]) == (423858, True)
     assert (later["iteration_offset"], later["finetune"]) == (425858, False)
+
+
+def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, model: Path) -> None:
+    base = tmp_path / "base.args"
+    base.write_text(
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192\n"
+        "--global-batch-size 576 --micro-batch-size 3 --tensor-model-parallel-size 2\n"
+        "--lr 1.6e-4 --lr-decay-style cosine --override-opt-param-scheduler\n"
+    )
+    settings = TrainSettings.from_config({**SEED_000, "trainer": "megatron", "base_config": str(base)})
+    configs.write_pack_config(
+        plan(tmp_path / "merged"),
+        signature(3),
+        "U1_1",
+        str(base),
+        settings,
+        str(model),
+        str(tmp_path / "train"),
+        "/scratch/ckpt",
+        1234,
+    )
+    lines = (tmp_path / "train" / "U1_1" / "U1_1.args").read_text().splitlines()
+    n = train_iters(U1_TOKENS, SEQ, BATCH)
+    for line in [
+        f"--train-data-path {tmp_path}/merged/U1_1/U1_1",
+        f"--train-iters {2000 + n}",  # the global step the pack ends at
+        "--phase-transition-iterations 2000",
+        "--save-interval 450",
+        "--exit-interval 8550",
+        "--exit-duration-in-mins 2510",
+        "--exit-signal-handler",
+        "--tokenizer-type GPTSentencePieceTokenizer",
+        "--override-opt_param-scheduler",
+        "--save /scratch/ckpt",
+    ]:
+        assert line in lines, line
+    assert not any(x.startswith(("--iteration-offset", "--warmup", "--keep-last")) for x in lines)
+    with pytest.raises(configs.ConfigError, match="Megatron-LM's GPTSentencePieceTokenizer takes EOD"):
+        configs.write_pack_config(
+            plan(tmp_path / "merged"),
+            signature(2),
+            "U1_1",
+            str(base),
+            settings,
+            str(model),
+            str(tmp_path / "train"),
+            "/scratch/ckpt",
+            1234,
+        )

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,9 @@ import yaml
 from workflow_scripts.core import schedule
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.settings import schema_entry
+from workflow_scripts.train import lint
+from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
 
 NEOX_EOD_PIECE = "<|endoftext|>"
@@ -47,6 +51,7 @@ class ConfigError(UserError, ValueError):
 class Keys:
     """The keys the workflow sets on a pack's config, with the reason for each."""
 
+    pack: str
     values: dict[str, Any]
     why: dict[str, str]
 
@@ -69,14 +74,18 @@ def read_base(path: str, trainer: str) -> dict[str, Any]:
             raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
         return {k.replace("-", "_"): v for k, v in data.items()}
     args: dict[str, Any] = {}
-    tokens = shlex.split(text, comments=True)
-    for i, token in enumerate(tokens):
-        if not token.startswith("--"):
-            if i == 0 or not tokens[i - 1].startswith("--"):
-                raise ConfigError(f"{path}: {token!r} is not a --flag or a flag's value")
-            continue
-        value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else True
-        args[token[2:].replace("-", "_")] = _number(value)
+    flag = None
+    for token in shlex.split(text, comments=True):
+        if token.startswith("--"):
+            flag = dest_of(token) or token  # an unknown flag keeps its spelling, for the lint
+            args[flag] = True
+        elif flag is None:
+            raise ConfigError(f"{path}: {token!r} is not a --flag or a flag's value")
+        elif args[flag] is True:
+            args[flag] = _number(token)
+        else:
+            previous = args[flag] if isinstance(args[flag], list) else [args[flag]]
+            args[flag] = [*previous, _number(token)]
     return args
 
 
@@ -137,6 +146,15 @@ def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> 
     if len(ids) != 1:
         return None
     eod = ids.pop()
+    if trainer == "megatron" and eod is not None:
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
+        if sp.eos_id() != eod:
+            raise ConfigError(
+                f"the data ends documents with id {eod}, but Megatron-LM's GPTSentencePieceTokenizer takes "
+                f"EOD = the model's EOS {sp.eos_id()} with {tokenizer_model}"
+            )
     if trainer == "neox" and eod is not None:
         import sentencepiece as spm
 
@@ -174,11 +192,17 @@ def pack_keys(
 ) -> Keys:
     """Every key the workflow sets on pack ``index``'s config (trainer-neutral names: GPT-NeoX's)."""
     pack = plan["packs"][index]
-    keys = Keys({}, {})
+    keys = Keys(pack["name"], {}, {})
     start_offset = schedule.start_step(train.finetune_from)
     offset = start_offset + pack["iteration_offset"]
     keys.set("train_data_paths", [pack["merged_prefix"]], "the merged pack (prefix, no .bin)")
     keys.set("train_data_weights", [1.0], "one path: the pack is already mixed")
+    if plan.get("validation"):
+        valid = [v["merged_prefix"] for v in plan["validation"]]
+        keys.set(
+            "valid_data_paths", valid, "the held-out validation packs (one per language), read by no pack"
+        )
+        keys.set("valid_data_weights", [1.0] * len(valid), "every language's held-out set alike")
     keys.set(
         "train_iters",
         pack["train_iters"],
@@ -218,6 +242,11 @@ def pack_keys(
     if train.keep_last:
         keys.set("keep_last_n_checkpoints", train.keep_last, "train.keep_last")
     lr = train.first_pack if index == 0 else train.later_packs
+    if (
+        train.trainer == "megatron"
+        and lr == schema_entry("train", "first_pack" if index == 0 else "later_packs")["default"]
+    ):
+        lr = {}  # GPT-NeoX's pack keys; Megatron-LM's phase transitions keep the LR schedule running
     for key, value in lr.items():
         keys.set(
             key, value, "train.first_pack (seed 000's warmup pack)" if index == 0 else "train.later_packs"
@@ -230,32 +259,35 @@ def pack_keys(
     return keys
 
 
-MEGATRON_FLAGS = {
-    "train_data_paths": "data_path",
+MEGATRON_NAMES = {  # the computed keys' Megatron-LM argument names (dest)
+    "train_data_paths": "train_data_path",
+    "valid_data_paths": "valid_data_path",
     "train_batch_size": "global_batch_size",
     "checkpoint_factor": "save_interval",
     "vocab_file": "tokenizer_model",
 }
+NEOX_ONLY = ("train_data_weights", "valid_data_weights", "iteration_offset", "extra_save_iters")
 
 
-def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings) -> dict[str, Any]:
+def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: dict[str, Any]) -> dict:
     """Megatron-LM arguments: the base, then the computed keys under Megatron's names.
 
-    Megatron-LM has no ``iteration_offset``: ``--train-iters`` is the global step to stop at (offset +
-    the pack's iterations); a pack after the first resets the data position with ``--override-opt-param-
-    scheduler`` off and ``--reset-dataloader`` semantics provided by loading with ``--no-load-optim`` left
-    as configured — the pack boundary is where its checkpoint is loaded with ``--finetune`` false.
+    Megatron-LM has no ``iteration_offset``; its closest mechanism is ``--phase-transition-iterations``: the
+    global iteration and the LR schedule run on, the data position restarts at each transition, and it saves
+    and exits there. So every pack's arguments name all pack boundaries, ``--train-iters`` is the global step
+    the pack ends at, and the data path is the pack's own.
     """
     args = dict(base)
     for key, value in keys.values.items():
-        if key in ("train_data_weights", "iteration_offset", "extra_save_iters"):
+        if key in NEOX_ONLY or key == "keep_last_n_checkpoints":
             continue
-        name = MEGATRON_FLAGS.get(key, key)
-        if key == "train_iters":
-            value = keys.values["iteration_offset"] + value
-        elif key == "tokenizer_type":
-            value = "GPTSentencePieceTokenizer"
-        args[name] = value
+        args[MEGATRON_NAMES.get(key, key)] = value
+    args["train_iters"] = keys.values["iteration_offset"] + keys.values["train_iters"]
+    args["tokenizer_type"] = "GPTSentencePieceTokenizer"
+    start = schedule.start_step(train.finetune_from)
+    boundaries = [start + p["iteration_offset"] for p in plan["packs"][1:]]
+    if boundaries:
+        args["phase_transition_iterations"] = ",".join(map(str, boundaries))
     args["exit_duration_in_mins"] = schedule.exit_duration_minutes(
         train.time_limit_minutes, train.save_minutes
     )
@@ -267,7 +299,7 @@ def render_megatron(args: dict[str, Any]) -> str:
     """One ``--flag [value ...]`` a line (``True`` flags without value, lists space-separated)."""
     lines = []
     for key, value in args.items():
-        flag = "--" + key.replace("_", "-")
+        flag = key if key.startswith("--") else flag_of(key)
         if value is True:
             lines.append(flag)
         elif value is False or value is None:
@@ -304,10 +336,21 @@ def write_pack_config(
     os.makedirs(folder, exist_ok=True)
     if train.trainer == "neox":
         path = os.path.join(folder, f"{pack_name}.yml")
-        text = yaml.safe_dump({**base, **keys.values}, sort_keys=False, width=120)
+        final = {**base, **keys.values}
+        findings = lint.lint_neox(final)
+        text = yaml.safe_dump(final, sort_keys=False, width=120)
     else:
         path = os.path.join(folder, f"{pack_name}.args")
-        text = render_megatron(megatron_args(base, keys, train))
+        final = megatron_args(base, keys, train, plan)
+        findings = lint.lint_megatron(final)
+        text = render_megatron(final)
+    if findings.errors:
+        raise ConfigError(
+            f"{base_path} -> {pack_name}: {len(findings.errors)} problem(s) for {train.trainer}: "
+            + "; ".join(findings.errors)
+        )
+    for warning in findings.warnings:
+        print(f"warning: {pack_name}: {warning}", file=sys.stderr)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     pack = plan["packs"][index]
@@ -322,6 +365,7 @@ def write_pack_config(
             "layout": layout,
             "set": {k: {"value": v, "why": keys.why[k]} for k, v in keys.values.items()},
             "replaced_from_base": replaced,
+            "warnings": findings.warnings,
             "summary": row,
         },
     )
