@@ -233,6 +233,17 @@ def planned_packs():
     return [p["name"] for p in read_plan()["packs"]]
 
 
+def validation_packs():
+    """The held-out validation packs (one per language), once the plan checkpoint ran."""
+    return [p["name"] for p in read_plan()["validation"]]
+
+
+def plan_entry(name):
+    """A pack's or validation pack's plan entry."""
+    plan = read_plan()
+    return next(p for p in [*plan["packs"], *plan["validation"]] if p["name"] == name)
+
+
 def get_pack_spec(wildcards):
     """A pack's spec file, once the plan ran (rewritten only when what the pack would hold changed)."""
     checkpoints.plan.get()
@@ -242,6 +253,8 @@ def get_pack_spec(wildcards):
 def get_previous_state(wildcards):
     """The state file of the pack before this one (nothing for the first pack)."""
     packs = planned_packs()
+    if wildcards.pack not in packs:  # a validation pack: never chained
+        return []
     index = packs.index(wildcards.pack)
     return [f"{DATAPACKS}/{packs[index - 1]}/state.json"] if index else []
 
@@ -252,7 +265,7 @@ def get_pack_sources(wildcards):
     ancient(): the count links are remade on every count run, and a re-tokenization may give the same
     tokens; the spec holds each source's content identity, so a change of content reruns the pack.
     """
-    pack = read_plan()["packs"][planned_packs().index(wildcards.pack)]
+    pack = plan_entry(wildcards.pack)
     if config["datapacks"]["shuffle"]:
         names = sorted({s["source"] for s in pack["slices"]})
         return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
@@ -260,7 +273,7 @@ def get_pack_sources(wildcards):
 
 
 def get_merged_packs(wildcards):
-    return [f"{MERGED}/{p}/{p}.bin" for p in planned_packs()]
+    return [f"{MERGED}/{p}/{p}.bin" for p in [*planned_packs(), *validation_packs()]]
 
 
 def get_train_configs(wildcards):

@@ -201,3 +201,32 @@ def test_plan_shows_training_cadence_and_refuses_checkpoints_over_quota() -> Non
     assert "disk needed: 0.728 TB" in "\n".join(training_lines(planned))
     with pytest.raises(PlanError, match=r"need 0.728 TB \(3 kept \+ 1 being written, 0.182 TB each\), over"):
         add_training(plan(), _training_config(**train, checkpoint_quota_tb=0.5))
+
+
+def test_validation_is_held_out_of_every_pack_even_when_sources_wrap() -> None:
+    sig, lengths = signature({"en_web_a": 100, "en_web_b": 40, "de_web_a": 10}, 100)
+    plan = plan_of(
+        config(
+            [{"name": "main", "tokens": 20_000, "mixture": "main"}],
+            max_iters_per_pack=10,
+            validation_tokens=250,
+        ),
+        sig,
+        lengths.__getitem__,
+    )
+    assert [(v["name"], v["tokens"], v["slices"][0]["ranges"]) for v in plan["validation"]] == [
+        ("valid_de", 300, [[0, 7, 10]]),  # whole documents from the end of the language's largest source
+        ("valid_en", 300, [[0, 97, 100]]),
+    ]
+    for pack in plan["packs"]:  # de wraps around several times and still never reads documents 7..9
+        for s in pack["slices"]:
+            held = {"de_web_a": 7, "en_web_a": 97}.get(s["source"])
+            assert held is None or all(b <= held for _, _, b in s["ranges"]), (pack["name"], s)
+    de = plan["conservation"]["de_web_a"]
+    assert (de["available"], de["held_out"]) == (700, 300) and de["epochs"] > 2
+    with pytest.raises(PlanError, match="would leave less than half for training"):
+        plan_of(
+            config([{"name": "m", "tokens": 1000, "mixture": "main"}], validation_tokens=600),
+            sig,
+            lengths.__getitem__,
+        )

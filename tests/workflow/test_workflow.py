@@ -115,13 +115,12 @@ def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
     results = sample_run.root / "results"
     plan = load_plan(sample_run)
     assert [p["name"] for p in plan["packs"]][:2] == ["warmup_0", "main_1"]
-    for pack in plan["packs"]:
+    assert len(plan["validation"]) == 6  # one held-out set per language of the sample
+    for pack in [*plan["packs"], *plan["validation"]]:
         merged = IndexedDataset(results / "merged" / pack["name"] / pack["name"])
         verify(merged.prefix)
-        assert pack["neox"]["train_data_paths"] == [
-            str((results / "merged" / pack["name"] / pack["name"]).resolve())
-        ]
-        assert pack["neox"]["train_iters"] == pack["train_iters"] > 0
+        assert pack["merged_prefix"] == str((results / "merged" / pack["name"] / pack["name"]).resolve())
+        assert pack.get("neox", pack)["train_iters" if "neox" in pack else "tokens"] > 0
         assert merged.num_tokens == pack["tokens"] and merged.num_documents == pack["documents"]
         i = 0
         for s in pack["slices"]:
@@ -133,6 +132,25 @@ def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
                 i += b - a
     offsets = [p["iteration_offset"] for p in plan["packs"]]
     assert offsets == [sum(p["train_iters"] for p in plan["packs"][:k]) for k in range(len(offsets))]
+
+
+def test_train_configs_follow_the_plan(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    plan = load_plan(sample_run)
+    valid = [v["merged_prefix"] for v in plan["validation"]]
+    for pack in plan["packs"]:
+        config = yaml.safe_load((results / "train" / pack["name"] / f"{pack['name']}.yml").read_text())
+        assert config["train_data_paths"] == [pack["merged_prefix"]] and config["valid_data_paths"] == valid
+        assert (config["train_iters"], config["iteration_offset"]) == (
+            pack["train_iters"],
+            pack["iteration_offset"],
+        )
+        assert config["exit_interval"] % config["checkpoint_factor"] == 0
+        first = pack["name"] == "warmup_0"
+        assert (config["warmup"], config.get("override_lr_scheduler")) == ((1, None) if first else (0, True))
+    table = (results / "train" / "configs.md").read_text()
+    assert all(p["name"] in table for p in plan["packs"])
+    assert "## Training" in (results / "plan.md").read_text()
 
 
 def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) -> None:

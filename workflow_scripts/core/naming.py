@@ -10,6 +10,7 @@ imported   ``{group}_split_{source}-{NNNN}_text_document``   ``en_books_old_spli
 counted    ``{prefix}_dc={docs}_sc={seqs}_tc={tokens}``     ``..._text_document_dc=9_sc=9_tc=812``
 slice      ``{shard}_slice{k}_{first_doc}_{tokens}``        ``en_web_cc_split_0003_slice2_0_4096``
 pack       ``{phase}_{k}`` (k counts packs over phases)     ``warmup_0``
+validation ``valid_{lang}`` (the held-out documents)        ``valid_en``
 =========  ===============================================  =====================================
 
 Each part of a group is ``[a-z0-9]+``. ``WILDCARDS`` gives the rules' wildcard constraints. An imported
@@ -33,6 +34,7 @@ SHARD = rf"{GROUP}_split_{SPLIT}"
 IMPORTED = rf"{GROUP}_split_{IMPORTED_SPLIT}"
 PHASE = r"[A-Za-z0-9-]+"
 PACK = rf"{PHASE}_\d+"
+VALIDATION = rf"valid_{PART}"
 SHARD_SUFFIXES = (".jsonl.zst", ".jsonl.gz", ".jsonl")
 DOCUMENT_KEY = "text"
 
@@ -41,7 +43,7 @@ WILDCARDS = {
     "split": SPLIT,
     "shard": SHARD,
     "imported": IMPORTED,
-    "pack": PACK,
+    "pack": rf"{PACK}|{VALIDATION}",
     "mixture": r"[A-Za-z0-9_-]+",
     "part": r"\d+",
     "band": r"\d+",
@@ -80,6 +82,11 @@ def parse_group(name: str) -> dict[str, str]:
 def shard_name(group: str, index: int | str) -> str:
     """``{group}_split_{NNNN}``: an int index gets at least four digits, a string is used as is."""
     return f"{group}_split_{index:04d}" if isinstance(index, int) else f"{group}_split_{index}"
+
+
+def validation_name(lang: str) -> str:
+    """The validation pack of a language: ``valid_{lang}``."""
+    return f"valid_{lang}"
 
 
 def imported_name(group: str, source: str, index: int) -> str:

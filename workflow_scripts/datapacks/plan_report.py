@@ -188,6 +188,8 @@ def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
     Megatron-LM: the whole pack as the training split (``--split 100,0,0``; its default split would hold
     back documents for validation).
     """
+    for pack in plan["validation"]:
+        pack["merged_prefix"] = os.path.abspath(os.path.join(merged_dir, pack["name"], pack["name"]))
     for pack in plan["packs"]:
         prefix = os.path.abspath(os.path.join(merged_dir, pack["name"], pack["name"]))
         pack["merged_prefix"] = prefix
@@ -204,7 +206,7 @@ def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
 
 def stale_packs(plan: dict[str, Any], merged_dir: str) -> list[str]:
     """Merged packs left by an earlier, longer plan."""
-    planned = {p["name"] for p in plan["packs"]}
+    planned = {p["name"] for p in [*plan["packs"], *plan["validation"]]}
     root = Path(merged_dir)
     return (
         sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in planned)
@@ -221,7 +223,10 @@ def write_specs(plan: dict[str, Any], signature: list[dict[str, Any]], specs_dir
         write_if_changed(
             Path(specs_dir) / f"{pack['name']}.json", dumps_json(pack_spec(plan, index, identities))
         )
-    planned = {f"{p['name']}.json" for p in plan["packs"]}
+    for pack in plan["validation"]:
+        spec = pack_spec(plan, None, identities, pack["name"])
+        write_if_changed(Path(specs_dir) / f"{pack['name']}.json", dumps_json(spec))
+    planned = {f"{p['name']}.json" for p in [*plan["packs"], *plan["validation"]]}
     for old in Path(specs_dir).glob("*.json"):
         if old.name not in planned:
             old.unlink()

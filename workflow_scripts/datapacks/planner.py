@@ -12,6 +12,9 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 * A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
   whole documents until its share is reached (so a pack holds its budget to within one document per
   source). A source that runs out wraps around to its first document: an extra epoch, reported.
+* Held-out validation (``validation_tokens`` per language): the last documents of each language's largest
+  source are set aside before any pack is cut, so no pack (and no wrap-around) ever reads them; they
+  become one validation pack per language (``valid_{lang}``), the trainers' ``valid_data_paths``.
 """
 
 from __future__ import annotations
@@ -176,6 +179,7 @@ def make_plan(
         if shuffle:
             lens = lens[shuffle_permutation(len(lens), seed, name)]
         sources[name] = Source(name, entry["prefix"], np.concatenate([[0], np.cumsum(lens)]))
+    validation = hold_out(signature, names_of, sources, datapacks.validation_tokens)
     packs: list[dict[str, Any]] = []
     offset = 0
     for phase, budget in zip(phases, budgets, strict=True):
@@ -205,14 +209,69 @@ def make_plan(
             {"name": p.name, "mixture": p.mixture, "tokens": b} for p, b in zip(phases, budgets, strict=True)
         ],
         "packs": packs,
+        "validation": validation,
         "total_train_iters": offset,
         "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
-        "conservation": conservation(sources, packs),
+        "conservation": conservation(sources, packs, validation),
     }
 
 
-def conservation(sources: dict[str, Source], packs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per source: tokens available, taken by each pack and in all, epochs read; checked to add up.
+def hold_out(
+    signature: list[dict[str, Any]], names_of: dict[str, str], sources: dict[str, Source], tokens: int
+) -> list[dict[str, Any]]:
+    """Set aside about ``tokens`` tokens per language (whole documents from the end of its largest source,
+    which then ends before them) and return one validation pack per language."""
+    if not tokens:
+        return []
+    by_lang: dict[str, list[Source]] = {}
+    for entry in signature:
+        by_lang.setdefault(entry["lang"], []).append(sources[names_of[entry["prefix"]]])
+    packs = []
+    for lang in sorted(by_lang):
+        src = max(by_lang[lang], key=lambda s: (int(s.cumsum[-1]), s.name))
+        total = int(src.cumsum[-1])
+        start = int(np.searchsorted(src.cumsum, total - tokens, side="right")) - 1
+        held = total - int(src.cumsum[start])
+        if start < 1 or held > total // 2:
+            raise PlanError(
+                f"datapacks.validation_tokens {tokens}: language {lang}'s largest source {src.name} has "
+                f"{total} tokens; holding out {held} would leave less than half for training"
+            )
+        documents = src.documents
+        src.cumsum = src.cumsum[: start + 1]
+        name = naming.validation_name(lang)
+        packs.append(
+            {
+                "name": name,
+                "phase": "validation",
+                "lang": lang,
+                "budget": tokens,
+                "tokens": held,
+                "documents": documents - start,
+                "slices": [
+                    {
+                        "source": src.name,
+                        "prefix": src.prefix,
+                        "lang": lang,
+                        "tokens": held,
+                        "documents": documents - start,
+                        "ranges": [[0, start, documents]],
+                        "epochs_after": 0.0,
+                        "upsampled": False,
+                        "name": naming.slice_name(src.name, 0, start, held) + "_valid",
+                    }
+                ],
+                "state_after": {},
+            }
+        )
+    return packs
+
+
+def conservation(
+    sources: dict[str, Source], packs: list[dict[str, Any]], validation: Sequence[dict[str, Any]] = ()
+) -> dict[str, dict[str, Any]]:
+    """Per source: tokens available, taken by each pack and in all, epochs read, held out for validation;
+    checked to add up.
 
     The tokens taken from a source equal its cursor position (epochs x available + the tokens before the
     cursor), and all sources together give exactly the packs' tokens.
@@ -234,6 +293,9 @@ def conservation(sources: dict[str, Source], packs: list[dict[str, Any]]) -> dic
             "epochs": round(src.epochs(), 6),
             "by_pack": taken[name],
         }
+    for pack in validation:
+        for v in pack["slices"]:
+            table[v["source"]]["held_out"] = v["tokens"]
     packed = sum(p["tokens"] for p in packs)
     if sum(t["taken"] for t in table.values()) != packed:
         raise PlanError(

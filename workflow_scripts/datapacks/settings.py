@@ -43,6 +43,7 @@ class DatapacksSettings:
     max_tokens_per_pack: float | None = setting("datapacks", "max_tokens_per_pack")
     max_iters_per_pack: int | None = setting("datapacks", "max_iters_per_pack")
     shuffle: bool = setting("datapacks", "shuffle")
+    validation_tokens: int = setting("datapacks", "validation_tokens")
     phases: tuple[Phase, ...] = ()
 
 

@@ -71,15 +71,20 @@ def pack_start(plan: dict[str, Any], index: int) -> dict[str, dict[str, int]]:
     return plan["packs"][index - 1]["state_after"]
 
 
-def pack_spec(plan: dict[str, Any], index: int, identities: dict[str, Any]) -> dict[str, Any]:
-    """Everything that decides pack ``index``'s bytes: its plan entry, its start cursors, its sources'
-    identities (``identities``: link prefix -> content identity, from the data signature)."""
-    pack = plan["packs"][index]
+def pack_spec(plan: dict[str, Any], index: int | None, identities: dict[str, Any], name: str = "") -> dict:
+    """Everything that decides a pack's bytes: its plan entry, its start cursors, its sources' identities
+    (``identities``: link prefix -> content identity, from the data signature). ``index`` is the pack's
+    place in ``plan["packs"]``; ``None`` picks the validation pack ``name`` (no cursors: never chained)."""
+    pack = (
+        plan["packs"][index]
+        if index is not None
+        else next(v for v in plan["validation"] if v["name"] == name)
+    )
     keys = ("name", "budget", "slices", "state_after")
     return {
         **{k: pack[k] for k in keys},
         "index": index,
-        "start": pack_start(plan, index),
+        "start": pack_start(plan, index) if index is not None else {},
         "shuffle": plan["shuffle"],
         "sources": {s["source"]: identities.get(s["prefix"]) for s in pack["slices"]},
     }
