@@ -91,6 +91,7 @@ def snapshot(wf: Workflow) -> dict[str, int]:
         "tokenized/*_text_document.bin",
         "datapacks/_specs/*.json",
         "merged/*/*.bin",
+        "train/*/*.yml",
         "plan.json",
     ]
     return {str(p.relative_to(results)): p.stat().st_mtime_ns for pat in patterns for p in results.glob(pat)}
@@ -132,6 +133,7 @@ TARGETS = [
     ("--", "results/tokenized/signature.json"),
     ("--", "results/merged/main_1/main_1.bin"),
     ("--", f"results/tokenized/{EXTRA}_split_0000_text_document.bin"),
+    ("--", "results/train/configs.md"),
     ("--until", "dedup_filter"),
     ("--until", "tokenize"),
 ]
@@ -188,6 +190,16 @@ def test_new_tokenizer_retokenizes_and_reslices_everything(clone: Workflow, tmp_
     packs = {p.name for p in (clone.root / "results" / "merged").iterdir()}
     assert kinds["merged"] == packs
     assert "shards" not in kinds and "dedup" not in kinds
+
+
+def test_train_setting_change_rewrites_the_configs_only(clone: Workflow) -> None:
+    train = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+    (clone.root / "tr.yaml").write_text(yaml.safe_dump({"train": {**train, "checkpoint_hours": 0.005}}))
+    kinds = rerun(clone, "tr.yaml")
+    packs = {p.name for p in (clone.root / "results" / "merged").iterdir() if not p.name.startswith("valid_")}
+    assert set(kinds) == {"plan.json", "train"} and kinds["train"] == packs
+    config = yaml.safe_load((clone.root / "results" / "train" / "main_1" / "main_1.yml").read_text())
+    assert config["checkpoint_factor"] == 18
 
 
 def test_dedup_threshold_change_refilters_only_the_shards_it_changes(clone: Workflow) -> None:
