@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.utils import write_jsonl
-from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.schedule import ScheduleError
 from workflow_scripts.datapacks.iterations import train_iters
@@ -54,17 +52,6 @@ SEED_000 = {
         }
     },
 }
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("model")
-    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
-    texts = [" ".join(words[i % 7 :] + words[: i % 5]) for i in range(300)]
-    src = write_jsonl(root / "corpus.jsonl", [{"text": t} for t in texts])
-    args = [str(src), "--model-prefix", str(root / "spm"), "--vocab-size", "300", "--max-sentences", "1000"]
-    assert snakepack(["train-tokenizer", *args]) == 0
-    return root / "spm.model"
 
 
 def plan(merged: Path) -> dict[str, Any]:

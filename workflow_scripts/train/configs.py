@@ -199,10 +199,14 @@ def pack_keys(
     keys.set("train_data_weights", [1.0], "one path: the pack is already mixed")
     if plan.get("validation"):
         valid = [v["merged_prefix"] for v in plan["validation"]]
-        keys.set(
-            "valid_data_paths", valid, "the held-out validation packs (one per language), read by no pack"
-        )
-        keys.set("valid_data_weights", [1.0] * len(valid), "every language's held-out set alike")
+        why = "the held-out validation packs (one per language), read by no pack"
+    else:
+        valid = [pack["merged_prefix"]]
+        why = "no held-out set (datapacks.validation_tokens: 0): evaluation reads the training pack"
+    keys.set("valid_data_paths", valid, why)
+    keys.set("valid_data_weights", [1.0] * len(valid), "every language's held-out set alike")
+    keys.set("test_data_paths", valid, "GPT-NeoX needs train, valid and test paths together; " + why)
+    keys.set("test_data_weights", [1.0] * len(valid), "as valid_data_weights")
     keys.set(
         "train_iters",
         pack["train_iters"],
@@ -262,11 +266,18 @@ def pack_keys(
 MEGATRON_NAMES = {  # the computed keys' Megatron-LM argument names (dest)
     "train_data_paths": "train_data_path",
     "valid_data_paths": "valid_data_path",
+    "test_data_paths": "test_data_path",
     "train_batch_size": "global_batch_size",
     "checkpoint_factor": "save_interval",
     "vocab_file": "tokenizer_model",
 }
-NEOX_ONLY = ("train_data_weights", "valid_data_weights", "iteration_offset", "extra_save_iters")
+NEOX_ONLY = (
+    "train_data_weights",
+    "valid_data_weights",
+    "test_data_weights",
+    "iteration_offset",
+    "extra_save_iters",
+)
 
 
 def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: dict[str, Any]) -> dict:
