@@ -10,6 +10,8 @@ rule train_config:
         signature=f"{TOK}/signature.json",
         base=config["train"]["base_config"] or [],
         model=TOKENIZER,
+        # SFT packs count k_bin_packed bins, from the merged packs' lengths
+        merged=lambda wildcards: get_merged_packs(wildcards) if config["tokenize"]["mode"] == "sft" else [],
     output:
         config=f"{TRAIN}/{{pack}}/{{pack}}{TRAIN_CONFIG_EXT}",
         record=f"{TRAIN}/{{pack}}/keys.json",
@@ -20,11 +22,13 @@ rule train_config:
         train=json.dumps(config["train"], sort_keys=True),
         checkpoints=CHECKPOINTS,
         seed=config["seed"],
+        mode=config["tokenize"]["mode"],
+        out_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output.config)),
     conda:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts train-config --plan {input.plan:q} --signature {input.signature:q}"
-        " --pack {wildcards.pack} --tokenizer-model {input.model:q} --out-dir {TRAIN:q}"
+        " --pack {wildcards.pack} --tokenizer-model {input.model:q} --out-dir {params.out_dir:q} --mode {params.mode}"
         " --checkpoints {params.checkpoints:q} --seed {params.seed} --train-json {params.train:q} > {log:q} 2>&1"
 
 

@@ -171,7 +171,7 @@ def test_mixture_change_replans_and_reslices_only(clone: Workflow) -> None:
     mixtures["main"]["lang_prob"]["en"] = 0.8  # a user's mixtures replace the sample's: give them all
     (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": mixtures}))
     kinds = rerun(clone, "mix.yaml")
-    assert set(kinds) == {"plan.json", "datapacks", "merged"}
+    assert set(kinds) == {"plan.json", "datapacks", "merged", "train"}
     assert "main_1" in kinds["merged"]
 
 

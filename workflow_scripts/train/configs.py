@@ -35,10 +35,12 @@ import yaml
 from workflow_scripts.core import schedule
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.train import lint
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
+from workflow_scripts.train.sft import sft_train_iters
 
 NEOX_EOD_PIECE = "<|endoftext|>"
 
@@ -207,10 +209,18 @@ def pack_keys(
     keys.set("valid_data_weights", [1.0] * len(valid), "every language's held-out set alike")
     keys.set("test_data_paths", valid, "GPT-NeoX needs train, valid and test paths together; " + why)
     keys.set("test_data_weights", [1.0] * len(valid), "as valid_data_weights")
+    if "sft_epochs" in pack:
+        keys.set(
+            "pack_impl", "k_bin_packed", "SFT: whole documents in bins, never split or joined (seed 003)"
+        )
     keys.set(
         "train_iters",
         pack["train_iters"],
-        f"the plan: the most iterations that read {pack['tokens']} tokens once",
+        (
+            f"the most iterations whose k_bin_packed samples {pack['sft_epochs']} pass(es) over the pack make"
+            if "sft_epochs" in pack
+            else f"the plan: the most iterations that read {pack['tokens']} tokens once"
+        ),
     )
     keys.set(
         "iteration_offset",
@@ -322,6 +332,18 @@ def render_megatron(args: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def sft_plan(plan: dict[str, Any], seq_length: int, batch: int, seed: int, epochs: int) -> dict[str, Any]:
+    """The plan with SFT packs' ``train_iters`` counted in ``k_bin_packed`` bins (from each merged pack's
+    lengths) and the offsets chained over them."""
+    packs, offset = [], 0
+    for pack in plan["packs"]:
+        lengths = IndexedDataset(pack["merged_prefix"]).lengths
+        iters = sft_train_iters(lengths, seq_length, batch, seed, epochs)
+        packs.append({**pack, "train_iters": iters, "iteration_offset": offset, "sft_epochs": epochs})
+        offset += iters
+    return {**plan, "packs": packs}
+
+
 def write_pack_config(
     plan: dict[str, Any],
     signature: dict[str, Any],
@@ -332,8 +354,11 @@ def write_pack_config(
     out_dir: str,
     checkpoints: str,
     seed: int,
+    sft: bool = False,
 ) -> dict[str, Any]:
     """Check and write one pack's config and its ``keys.json``; return the summary row."""
+    if sft:
+        plan = sft_plan(plan, plan["seq_length"], plan["global_batch_size"], seed, train.sft_epochs)
     names = [p["name"] for p in plan["packs"]]
     if pack_name not in names:
         raise ConfigError(f"pack {pack_name} is not in the plan (packs: {', '.join(names)})")
@@ -377,6 +402,7 @@ def write_pack_config(
             "set": {k: {"value": v, "why": keys.why[k]} for k, v in keys.values.items()},
             "replaced_from_base": replaced,
             "warnings": findings.warnings,
+            "environment": dict(train.sft_env) if sft else {},
             "summary": row,
         },
     )
@@ -424,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoints", required=True, help="the run's save/load directory")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--train-json", required=True, help="the config's train section, as JSON")
+    parser.add_argument("--mode", choices=["pretrain", "sft"], default="pretrain", help="tokenize.mode")
     args = parser.parse_args(argv)
     train = TrainSettings.from_config(json.loads(args.train_json))
     if not train.base_config:
@@ -438,6 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out_dir,
         os.path.abspath(args.checkpoints),
         args.seed,
+        sft=args.mode == "sft",
     )
     print(" ".join(f"{k}={v}" for k, v in row.items()))
     return 0

@@ -33,6 +33,8 @@ class TrainSettings:
     bytes_per_param: float = setting("train", "bytes_per_param")
     checkpoint_quota_tb: float | None = setting("train", "checkpoint_quota_tb")
     finetune_from: str | None = setting("train", "finetune_from")
+    sft_epochs: int = setting("train", "sft_epochs")
+    sft_env: dict[str, str] = setting("train", "sft_env")
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainSettings:
