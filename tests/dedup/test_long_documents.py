@@ -128,19 +128,34 @@ def test_a_long_document_signed_in_pieces_is_signed_as_a_whole(
             assert long[key].dtype == value.dtype and long[key].tolist() == value.tolist(), (key, text[:40])
 
 
-def test_signature_files_do_not_depend_on_the_piece_size(
+def test_signature_files_do_not_depend_on_piece_or_chunk_sizes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     rng = random.Random(5)
     docs = [_record(t, "zh" if c else "en") | {"id": str(i)} for i, (t, c) in enumerate(_long_texts())]
+    docs += [_record(rng.choice(["", "!", "a b c d e f", "x y"]), "en") | {"id": f"s{i}"} for i in range(50)]
     rng.shuffle(docs)
     shard = tmp_path / "en_web_cc_split_0000.jsonl"
     shard.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
-    params = DedupSettings().resolved()
-    write_signatures(shard, tmp_path / "whole.sig", params)
-    monkeypatch.setattr(signatures, "CHUNK_CHARS", 50)
-    write_signatures(shard, tmp_path / "pieces.sig", params)
-    assert (tmp_path / "pieces.sig").read_bytes() == (tmp_path / "whole.sig").read_bytes()
+    for verify in ("jaccard", "none"):
+        params = DedupSettings(verify=verify).resolved()
+        write_signatures(shard, tmp_path / "whole.sig", params)
+        with monkeypatch.context() as m:
+            m.setattr(signatures, "CHUNK_CHARS", 50)
+            m.setattr(signatures, "SPILL_ROWS", 7)  # per-document arrays read back 7 rows at a time
+            write_signatures(shard, tmp_path / "pieces.sig", params)
+        assert (tmp_path / "pieces.sig").read_bytes() == (tmp_path / "whole.sig").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "en_web_cc_split_0000.jsonl",
+        "pieces.sig",
+        "whole.sig",
+    ]
+    shard.write_bytes(b"")
+    write_signatures(shard, tmp_path / "empty.sig", params)
+    shard.write_bytes(b'{"id": "x", "text": "fine"}\nnot json\n')
+    with pytest.raises(ValueError, match="invalid JSON"):
+        write_signatures(shard, tmp_path / "bad.sig", params)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]  # no spill files left
 
 
 def test_the_memory_of_one_huge_document_is_bounded(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ sorted with their rows, so the band/exact jobs can read a hash range of each sha
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import orjson
@@ -23,9 +25,10 @@ import xxhash
 from datasketch import MinHash
 
 from workflow_scripts.core import naming, settings
+from workflow_scripts.core.fsio import temp_sibling
 from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
-from workflow_scripts.dedup.store import write_store
+from workflow_scripts.dedup.store import StoreWriter, write_store
 from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix32, fmix64
 
 U64 = np.uint64
@@ -33,6 +36,7 @@ BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20  # text bytes per batch: its working memory is about 31 bytes per character
 CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
 CHUNK_CHARS = 1 << 20  # a longer text is shingled in pieces of about this many characters (sign_long)
+SPILL_ROWS = 1 << 20  # per-document rows read back from the spill files at once
 VERSION = 1
 
 
@@ -204,18 +208,101 @@ def _runs(records: list[dict[str, Any]]) -> Iterator[tuple[list[dict[str, Any]],
         yield run, False
 
 
-def _sorted_by_hash(parts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The exact hash and every band hash of the documents that have shingles, sorted, with their rows."""
-    rows = np.flatnonzero(parts["set_len"] > 0).astype(np.uint32)
-    exact, bands = parts["exact"][rows], parts["bands"][rows]
+class _Spill:
+    """Per-document arrays of a shard, appended to files (in ``directory``) as batches come and read back by
+    row ranges, so that a shard's memory does not grow with its number of documents."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._open: dict[str, IO[bytes]] = {}
+        self._layout: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self.rows: dict[str, int] = {}
+
+    def append(self, name: str, array: np.ndarray) -> None:
+        if name not in self._open:
+            self._open[name] = open(self._dir / name, "ab")  # noqa: SIM115 - closed by read() or close()
+            self._layout.setdefault(name, (array.dtype, array.shape[1:]))
+            self.rows.setdefault(name, 0)
+        self._open[name].write(np.ascontiguousarray(array).tobytes())
+        self.rows[name] += len(array)
+
+    def read(self, name: str, start: int = 0, count: int = -1) -> np.ndarray:
+        """Rows ``start`` to ``start + count`` (to the end with -1)."""
+        if name in self._open:
+            self._open.pop(name).close()
+        dtype, row = self._layout[name]
+        cells = math.prod(row)
+        data = np.fromfile(
+            self._dir / name,
+            dtype=dtype,
+            count=count * cells if count >= 0 else -1,
+            offset=start * cells * dtype.itemsize,
+        )
+        return data.reshape(-1, *row)
+
+    def chunks(self, name: str) -> Iterator[np.ndarray]:
+        """All rows, in chunks of ``SPILL_ROWS`` (one empty chunk when there are none)."""
+        for start in range(0, max(self.rows[name], 1), SPILL_ROWS):
+            yield self.read(name, start, SPILL_ROWS)
+
+    def select(self, name: str, valid: np.ndarray) -> np.ndarray:
+        """The rows where ``valid``."""
+        dtype, row = self._layout[name]
+        out = np.empty((int(valid.sum()), *row), dtype)
+        at = 0
+        for start, chunk in zip(range(0, valid.size, SPILL_ROWS), self.chunks(name), strict=False):
+            chunk = chunk[valid[start : start + SPILL_ROWS]]
+            out[at : at + len(chunk)] = chunk
+            at += len(chunk)
+        return out
+
+    def close(self) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
+
+
+def _write_sorted(store: StoreWriter, spill: _Spill, bands: int) -> int:
+    """Write the exact hash and every band hash of the documents that have shingles, each sorted (ties in
+    row order), with their rows, one column at a time; return the number of such documents."""
+    valid = np.concatenate([chunk > 0 for chunk in spill.chunks("set_len")])
+    rows = np.flatnonzero(valid).astype(np.uint32)
+    exact = spill.select("exact", valid)
     order = np.lexsort((exact[:, 1], exact[:, 0]))
-    band_order = np.argsort(bands, axis=0, kind="stable").T  # (bands, docs); ties keep row order
-    return {
-        "exact_sorted": exact[order].T,
-        "exact_row": rows[order],
-        "band_sorted": np.take_along_axis(bands.T, band_order, axis=1),
-        "band_row": rows[band_order],
-    }
+    for col in range(2):
+        store.append("exact_sorted", exact[order, col][None])
+    del exact
+    store.add("exact_row", rows[order])
+    del order
+    for band in range(bands):
+        values = spill.select(f"band_{band}", valid)
+        order = np.argsort(values, kind="stable")
+        store.append("band_sorted", values[order][None])
+        spill.append("band_row", rows[order])
+        del values, order
+    for band in range(bands):
+        store.append("band_row", spill.read("band_row", band * rows.size, rows.size)[None])
+    return int(rows.size)
+
+
+def _write_per_document(store: StoreWriter, spill: _Spill, bands: int) -> None:
+    """Write the per-document arrays (bands, exact, scope, shingle offsets, ids, id offsets) in chunks."""
+    for start in range(0, max(spill.rows["scope"], 1), SPILL_ROWS):
+        store.append("bands", np.stack([spill.read(f"band_{b}", start, SPILL_ROWS) for b in range(bands)], 1))
+    for name, lengths in (("exact", None), ("scope", None), ("shingle_off", "set_len"), ("id_off", "id_len")):
+        if name == "id_off":
+            for chunk in spill.chunks("ids"):
+                store.append("ids", chunk)
+        if lengths is None:
+            for chunk in spill.chunks(name):
+                store.append(name, chunk)
+            continue
+        total = 0
+        store.append(name, np.zeros(1, np.int64))
+        for chunk in spill.chunks(lengths):
+            ends = np.cumsum(chunk, dtype=np.int64) + total
+            store.append(name, ends)
+            total = int(ends[-1]) if ends.size else total
 
 
 def write_signatures(
@@ -223,41 +310,50 @@ def write_signatures(
 ) -> int:
     """Compute and write the signature store of ``shard``; return its number of documents.
 
-    Documents whose normalized text is empty have no shingles: they take part in neither pass.
+    Documents whose normalized text is empty have no shingles: they take part in neither pass. Memory is
+    bounded by bytes, not by the shard's documents: the shingles go to the store and the per-document arrays
+    to spill files (next to the output, removed at the end) as each batch is signed; the sorted columns are
+    then made one at a time.
     """
     perms = permutations(params.num_perm, params.seed)
-    empty = sign_batch([], params, perms)
-    parts: dict[str, list[np.ndarray]] = {k: [v] for k, v in empty.items() if k != "shingles"}
     meta = {"kind": "signatures", "version": VERSION, "shard": Path(shard).name, "params": params.to_json()}
-    with write_store(output, meta) as store:
-        if params.verify == "jaccard":
-            store.append("shingles", empty["shingles"])
+    spill_dir = temp_sibling(Path(f"{output}.spill"))
+    shutil.rmtree(spill_dir, ignore_errors=True)
+    spill_dir.mkdir(parents=True)
+    spill = _Spill(spill_dir)
+    try:
+        with write_store(output, meta) as store:
 
-        def emit(shingles: np.ndarray) -> None:
-            if params.verify == "jaccard":
-                store.append("shingles", shingles)
+            def emit(shingles: np.ndarray) -> None:
+                if params.verify == "jaccard":
+                    store.append("shingles", shingles)
 
-        for records in _batches(shard):
-            for run, long in _runs(records):
-                if long:
-                    batch = sign_long(run[0], params, perms, emit)
-                else:
-                    batch = sign_batch(run, params, perms)
-                    emit(batch.pop("shingles"))
-                for k, v in parts.items():
-                    v.append(batch[k])
-        arrays = {k: np.concatenate(v) for k, v in parts.items()}
-        n = arrays["set_len"].size
-        if n >= 1 << 32:
-            raise ValueError(f"{shard}: more than 2**32 documents; split it")
-        for name, array in _sorted_by_hash(arrays).items():
-            store.add(name, array)
-        for name in ("bands", "exact", "scope"):
-            store.add(name, arrays[name])
-        store.add("shingle_off", np.concatenate([[0], np.cumsum(arrays["set_len"])]))
-        store.add("ids", arrays["ids"])
-        store.add("id_off", np.concatenate([[0], np.cumsum(arrays["id_len"])]))
-        store.meta.update(docs=n, valid=int((arrays["set_len"] > 0).sum()))
+            def keep(batch: dict[str, np.ndarray]) -> None:
+                for band in range(params.bands):
+                    spill.append(f"band_{band}", batch["bands"][:, band])
+                for name in ("exact", "scope", "set_len", "id_len", "ids"):
+                    spill.append(name, batch[name])
+
+            empty = sign_batch([], params, perms)
+            emit(empty.pop("shingles"))
+            keep(empty)
+            for records in _batches(shard):
+                for run, long in _runs(records):
+                    if long:
+                        batch = sign_long(run[0], params, perms, emit)
+                    else:
+                        batch = sign_batch(run, params, perms)
+                        emit(batch.pop("shingles"))
+                    keep(batch)
+            n = spill.rows["scope"]
+            if n >= 1 << 32:
+                raise ValueError(f"{shard}: more than 2**32 documents; split it")
+            valid = _write_sorted(store, spill, params.bands)
+            _write_per_document(store, spill, params.bands)
+            store.meta.update(docs=n, valid=valid)
+    finally:
+        spill.close()
+        shutil.rmtree(spill_dir, ignore_errors=True)
     return n
 
 
