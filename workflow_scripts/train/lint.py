@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 KEYS_DIR = Path(__file__).with_name("trainer_keys")
+RAMPUP = ("rampup_batch_size", "step_batch_size_schedule")
 HINTS = {
     "ffn_hidden_size": "GPT-NeoX calls the MLP width intermediate_size",
     "global_batch_size": "GPT-NeoX calls it train_batch_size",
@@ -106,7 +107,13 @@ def lint_megatron(config: dict[str, Any]) -> Findings:
         if key not in spec["keys"]:
             found.errors.append(f"{key}: not a Megatron-LM argument{_close(key, spec['keys'])}")
             continue
-        if key in spec["dead"]:
+        if key in RAMPUP:
+            found.errors.append(
+                f"{spec['keys'][key]['flags'][0]}: a batch ramp-up changes the tokens each iteration reads, "
+                "so the packs' single-epoch train_iters and offsets would be wrong; datapacks need a fixed "
+                "global batch size (Megatron-LM's phase transitions require one too)"
+            )
+        elif key in spec["dead"]:
             found.errors.append(f"{spec['keys'][key]['flags'][0]}: {spec['dead'][key]}")
         choices = spec["keys"][key].get("choices")
         if choices and value not in choices and value is not True:
