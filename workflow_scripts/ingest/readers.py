@@ -1,7 +1,8 @@
 """Raw vendor file readers for the ingest stage: format detection, streaming and per-record decoding.
 
-A reader yields ``(line, raw)`` units: ``line`` is the 1-based line number (parquet: 1-based row number),
-``raw`` the undecoded line bytes (jsonl, txt) or the row dict (parquet). A decoder turns ``raw`` into
+A reader yields ``[line, raw]`` units: ``line`` is the 1-based line number (parquet: 1-based row number),
+``raw`` the undecoded line bytes (jsonl, txt) or the row dict (parquet); it holds no unit once handed out,
+so that the caller can let go of a long line as soon as it is decoded. A decoder turns ``raw`` into
 ``(text, vendor_id, meta)`` or raises :class:`Reject` naming the reason.
 """
 
@@ -56,23 +57,36 @@ def resolve_format(path: str, fmt: str | None = None) -> str:
     return fmt
 
 
-def iter_units(path: str, fmt: str) -> Iterator[tuple[int, Any]]:
-    """Stream ``(line, raw)`` units of a file without loading it whole; unreadable data -> IngestError."""
+def iter_units(path: str, fmt: str) -> Iterator[list[Any]]:
+    """Stream ``[line, raw]`` units of a file without loading it whole; unreadable data -> IngestError."""
     try:
         if fmt == "parquet":
             yield from _parquet_rows(path)
         else:
             with open_binary(path) as fh:
-                line = 0
-                for raw in fh:
-                    line += 1  # noqa: SIM113 - enumerate would hold the last line while the next is read
-                    yield line, raw
-                    del raw  # let go of a line before reading the next one
+                yield from _Numbered(fh)
     except (OSError, EOFError, ValueError, zstandard.ZstdError) as exc:
         raise IngestError(f"{path}: cannot read as {fmt}: {exc}") from exc
 
 
-def _parquet_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+class _Numbered:
+    """``[n, item]`` for the items of an iterator, n from 1, holding none of them once handed out (as
+    enumerate does: it keeps its last result for reuse)."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self._n = 0
+
+    def __iter__(self) -> _Numbered:
+        return self
+
+    def __next__(self) -> list[Any]:
+        item = next(self._items)
+        self._n += 1
+        return [self._n, item]
+
+
+def _parquet_rows(path: str) -> Iterator[list[Any]]:
     import pyarrow.parquet as pq  # lazy: keeps `import ingest` cheap for Snakefile parsing
 
     row = 0
@@ -80,7 +94,7 @@ def _parquet_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
         for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
             for record in batch.to_pylist():
                 row += 1
-                yield row, record
+                yield [row, record]
 
 
 def make_decoder(fmt: str, text_keys: Sequence[str], id_key: str | None) -> Callable[[Any], Decoded]:

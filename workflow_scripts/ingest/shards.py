@@ -269,10 +269,16 @@ def _ingest_file(
     lang, domain, subdomain = group
     decode = make_decoder(fmt, opts.text_key, opts.id_key)
 
-    def one(line: int, raw: Any) -> int:
-        """Write the record of one unit, or quarantine it; return the documents written (0 or 1)."""
+    def one(unit: list[Any]) -> int:
+        """Write the record of one unit, or quarantine it; return the documents written (0 or 1).
+
+        The unit is emptied: a long line is let go of once decoded (only its quarantine preview is kept)."""
+        line, raw = unit
+        unit.clear()
         try:
             text, vid, meta = decode(raw)
+            if isinstance(raw, bytes):
+                raw = raw[:RAW_PREVIEW_BYTES]
             text = clean_text(text, opts.nfc, opts.min_chars, opts.min_words)
         except Reject as rej:
             if opts.strict:
@@ -294,10 +300,9 @@ def _ingest_file(
         return 1
 
     docs_in = docs_out = 0
-    for line, raw in iter_units(path, fmt):
+    for unit in iter_units(path, fmt):
         docs_in += 1
-        docs_out += one(line, raw)
-        del raw  # let go of a line before reading the next one
+        docs_out += one(unit)
     size = os.path.getsize(path)
     return {"path": path, "format": fmt, "bytes": size, "docs_in": docs_in, "docs_out": docs_out}
 
