@@ -478,3 +478,69 @@ def test_inspect_shows_text_pieces_ids_and_counts(
     counts = tmp_path / "counts.txt"
     assert inspect_tool.main([prefix + ".bin", "-n", "0", "--counts-out", str(counts)]) == 0
     assert counts.read_text().split() == [str(n) for n in IndexedDataset(prefix).lengths]
+
+
+LONG_TEXTS = [
+    "alpha beta  gamma   delta\nepsilon \tzeta eta.  " * 40,
+    "  leading and trailing spaces   " * 30,
+    "Straße läuft über Rīgas ģimenes šodien " * 30,
+    "東京の天気は晴れです。" * 30 + " and then some words " * 5,
+]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        None,
+        {},
+        {"add_dummy_prefix": False},
+        {"normalization_rule_name": "nmt_nfkc", "remove_extra_whitespaces": True},
+    ],
+)
+def test_long_documents_encode_in_pieces_to_the_same_ids(
+    tokenizer: tok.Tokenizer,
+    corpus: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict | None,
+) -> None:
+    model = tokenizer if options is None else foreign_model(corpus, tmp_path / "m", **options)
+    monkeypatch.setattr(tok, "LONG_CHARS", 37)
+    for text in LONG_TEXTS:
+        before = model.unsafe_cuts
+        pieces = list(model.pieces(text, 37))
+        unsafe = model.unsafe_cuts - before
+        assert len(pieces) > 5 and max(map(len, pieces)) <= 37
+        flat, lengths = model.encode_flat([text, "short one"], 1)
+        if unsafe == 0:
+            assert flat[: lengths[0]].tolist() == model.sp.encode(text), (options, text[:40])
+        elif model.splits_safely:  # only where 37 characters pass without a space after a non-space
+            assert text.startswith("東京")
+    cjk = "東京の天気は晴れです" * 20  # no space at all: cut where it must, and counted
+    before = model.unsafe_cuts
+    assert len(list(model.pieces(cjk, 37))) == 6 and model.unsafe_cuts - before == 5
+
+
+def test_a_long_document_streams_to_the_same_bytes(
+    tokenizer: tok.Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["short first", *LONG_TEXTS[:3], "x y", LONG_TEXTS[0]]  # texts with spaces: safe cuts only
+    records = [{"id": i, "text": t} for i, t in enumerate(texts)]
+    src = write_jsonl(tmp_path / "in.jsonl", records)
+    _, prefix = run_tokenize(tokenizer, src, tmp_path / "whole", eod="auto", batch_bytes=100)
+    monkeypatch.setattr(tok, "LONG_CHARS", 37)
+    _, streamed = run_tokenize(tokenizer, src, tmp_path / "pieces", eod="auto", bos="<s>", batch_bytes=100)
+    pieces_again, again = run_tokenize(tokenizer, src, tmp_path / "again", eod="auto", batch_bytes=100)
+    assert [Path(prefix + e).read_bytes() for e in (".bin", ".idx")] == [
+        Path(again + e).read_bytes() for e in (".bin", ".idx")
+    ]
+    assert pieces_again["long_document_unsafe_cuts"] == 0 and pieces_again["docs_out"] == len(records)
+    ds = IndexedDataset(streamed)
+    assert ds.document(1).tolist() == [
+        tokenizer.sp.bos_id(),
+        *tokenizer.sp.encode(LONG_TEXTS[0]),
+        tokenizer.eod()[0],
+    ]
+    _, few = run_tokenize(tokenizer, src, tmp_path / "few", eod="auto", min_tokens=10_000, batch_bytes=100)
+    quarantine = [orjson.loads(x) for x in Path(few + ".quarantine.jsonl").read_bytes().splitlines()]
+    assert {q["reason"] for q in quarantine} == {"too_few_tokens"} and len(quarantine) == len(records)

@@ -28,7 +28,7 @@ import hashlib
 import os
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -475,6 +475,20 @@ class IndexedDatasetBuilder:
         """Append one document made of one sequence."""
         self.add_item(tokens)
         self.end_document()
+
+    def add_document_chunks(self, chunks: Iterable[npt.ArrayLike]) -> int:
+        """Append one one-sequence document whose tokens come in ``chunks`` (written as they come, so a huge
+        document never sits in memory whole); return its length."""
+        length = 0
+        for chunk in chunks:
+            arr = self._as_tokens(chunk)
+            self._write(arr)
+            length += len(arr)
+        if length > np.iinfo(np.int32).max:
+            raise ValueError(f"a sequence holds at most 2**31-1 tokens, got {length}")
+        self._lengths.append(length)
+        self.end_document()
+        return length
 
     def add_documents(self, flat_tokens: npt.ArrayLike, lengths: npt.ArrayLike) -> None:
         """Append many one-sequence documents at once: ``flat_tokens`` cut by ``lengths`` (vectorised)."""

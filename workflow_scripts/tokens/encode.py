@@ -32,13 +32,17 @@ in pretraining mode the markers are only searched for.
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
 encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
 the GIL) and writes the tokens with the vectorised builder. Memory is bounded by two batches plus the
-index arrays (12 bytes per document), whatever the shard size.
+index arrays (12 bytes per document), whatever the shard size. SentencePiece needs about 50 bytes a
+character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a
+unit anyway (a space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters
+without such a space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import itertools
 import os
@@ -62,6 +66,7 @@ from workflow_scripts.core.stage_stats import check_balance
 from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
+LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
 REASONS = (
     "malformed_json",
     "missing_text",
@@ -89,6 +94,7 @@ class Tokenizer:
             raise TokenizerError(f"{self.path}: cannot load SentencePiece model: {exc}") from None
         self.vocab_size = self.sp.vocab_size()
         self.numpy_output = _has_numpy_output(self.sp)
+        self.unsafe_cuts = 0  # cuts of long documents that may have changed ids (see ``pieces``)
 
     def token_id(self, spec: str) -> int:
         """The id of a piece, or of ``id:N``; a piece missing from the model is an error, never ``<unk>``."""
@@ -127,11 +133,64 @@ class Tokenizer:
             "set tokenize.eod_piece to a piece or id:N"
         )
 
+    @functools.cached_property
+    def dummy_prefix(self) -> bool:
+        """Whether the model adds a ``▁`` before the text (SentencePiece's ``add_dummy_prefix``)."""
+        return self.sp.id_to_piece(self.sp.encode("a")[0]).startswith("\u2581")
+
+    @functools.cached_property
+    def splits_safely(self) -> bool:
+        """Whether cutting at a space after a non-space keeps the ids of this model (not, e.g., without a
+        dummy prefix but with ``remove_extra_whitespaces``, which drops a piece's leading space)."""
+        probe = "ab  cd ef\n gh   ij k\tl mn  "  # cut at every space run (size 6)
+        return [i for p, _ in self._cuts(probe, 6) for i in self.sp.encode(p)] == self.sp.encode(probe)
+
+    def _cuts(self, text: str, size: int) -> Iterator[tuple[str, bool | None]]:
+        """(piece, whether the cut after it is at a unit start; None for the last piece)."""
+        start = 0
+        while len(text) - start > size:
+            cut = text.rfind(" ", start + 1, start + size)
+            while cut > start and text[cut - 1] == " ":
+                cut -= 1  # the start of the run of spaces
+            if cut <= start:
+                yield text[start : start + size], False
+                start += size
+                continue
+            yield text[start:cut], True
+            start = cut + 1 if self.dummy_prefix else cut
+        yield text[start:], None
+
+    def pieces(self, text: str, size: int) -> Iterator[str]:
+        """``text`` cut into pieces of at most about ``size`` characters that encode, one after the other, to
+        the ids of the whole: each cut is at a space that follows a non-space (SentencePiece starts a unit
+        there), and with a dummy prefix that space is left for the model to add back. A cut that has to fall
+        elsewhere (a run of ``size`` characters without such a space, or a model where cutting is not safe)
+        is counted in ``unsafe_cuts``."""
+        for piece, safe in self._cuts(text, size):
+            if safe is not None and not (safe and self.splits_safely):
+                self.unsafe_cuts += 1
+            yield piece
+
+    def encode_long(self, text: str) -> Iterator[np.ndarray]:
+        """The ids of a document too long to encode at once (SentencePiece needs about 50 bytes a
+        character), piece by piece."""
+        for piece in self.pieces(text, LONG_CHARS):
+            yield np.asarray(self.sp.encode(piece), np.int32)
+
     def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return all ids concatenated (int32) and the per-text lengths (int64)."""
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         texts = list(texts)
+        if any(len(t) > LONG_CHARS for t in texts):
+            arrays = [
+                np.concatenate(list(self.encode_long(t)))
+                if len(t) > LONG_CHARS
+                else self.encode_flat([t], threads)[0]
+                for t in texts
+            ]
+            lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+            return np.concatenate(arrays), lengths
         if self.numpy_output:
             arrays = self.sp.encode(texts, num_threads=threads, out_type="numpy")
             lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
@@ -254,6 +313,13 @@ def classify(
     return rid, text
 
 
+def utf8_length(text: str, chunk: int = 1 << 20) -> int:
+    """Bytes of ``text`` in UTF-8, without a copy of a long text."""
+    if text.isascii():
+        return len(text)
+    return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
+
+
 def read_batches(path: str, settings: Settings, batch_bytes: int) -> Generator[Batch, None, None]:
     """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text."""
     splitter = MarkerSplitter(settings.markers) if settings.markers else None
@@ -267,12 +333,14 @@ def read_batches(path: str, settings: Settings, batch_bytes: int) -> Generator[B
             if isinstance(text, Reject):
                 batch.rejects.append(text)
                 continue
-            nbytes = len(text.encode())
+            raw = b""  # let the line go: the batch holds the text
+            nbytes = utf8_length(text)
             batch.texts.append(text)
             batch.lines.append(line)
             batch.ids.append(rid)
             batch.text_bytes.append(nbytes)
             batch.size += nbytes
+            del text
             if batch.size >= batch_bytes:
                 yield batch
                 batch = Batch()
@@ -367,6 +435,34 @@ def frame(
     return out, out_lengths
 
 
+def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
+    """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
+    bytes)``. Batches are cut by size, so a long document is always the last of its batch."""
+    if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
+        return None
+    return batch.texts.pop(), batch.lines.pop(), batch.ids.pop(), batch.text_bytes.pop()
+
+
+def write_long(
+    builder: IndexedDatasetBuilder, tokenizer: Tokenizer, text: str, settings: Settings
+) -> tuple[int, int]:
+    """Encode and write one long document piece by piece, never holding all its ids: ``(tokens written,
+    text tokens)``; nothing is written (0) if it has fewer than ``min_tokens`` text tokens."""
+    pieces = tokenizer.encode_long(text)
+    head: list[np.ndarray] = []
+    count = 0
+    for ids in pieces:  # enough tokens to know the document is kept (almost always the first piece)
+        head.append(ids)
+        count += len(ids)
+        if count >= max(1, settings.min_tokens):
+            break
+    if count < max(1, settings.min_tokens):
+        return 0, count
+    bos = [] if settings.bos_id is None else [np.array([settings.bos_id], np.int32)]
+    eod = [] if settings.eod_id is None else [np.array([settings.eod_id], np.int32)]
+    return builder.add_document_chunks(itertools.chain(bos, head, pieces, eod)), count
+
+
 def document_prefix(output_prefix: str, json_key: str = "text") -> str:
     """Megatron's output name: ``{output_prefix}_{key}_document``."""
     return naming.tokenized_prefix(output_prefix, json_key)
@@ -387,6 +483,7 @@ def tokenize_file(
     dtype = best_dtype(tokenizer.vocab_size)
     rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
     docs_in = docs_out = tokens = text_bytes = input_bytes = 0
+    unsafe_before = tokenizer.unsafe_cuts
     plain = not input_path.endswith((".gz", ".zst"))
     with (
         Progress(f"tokenize {input_path}", os.path.getsize(input_path) if plain else None) as progress,
@@ -395,6 +492,7 @@ def tokenize_file(
         open(quarantine_tmp, "wb") as quarantine,
     ):
         for batch in prefetch(read_batches(input_path, settings, batch_bytes)):
+            long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
             if splitter is not None:
                 flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
             else:
@@ -419,6 +517,18 @@ def tokenize_file(
             tokens += len(out)
             text_bytes += sum(itertools.compress(batch.text_bytes, keep))
             input_bytes += batch.input_bytes
+            if long is not None:
+                text, line, rid, nbytes = long
+                del long
+                written, count = write_long(builder, tokenizer, text, settings)
+                del text
+                docs_in += 1
+                if written:
+                    docs_out, tokens, text_bytes = docs_out + 1, tokens + written, text_bytes + nbytes
+                else:
+                    reject = Reject(line, rid, "too_few_tokens", f"{count} tokens < {settings.min_tokens}")
+                    quarantine.write(orjson.dumps(reject.__dict__) + b"\n")
+                    rejected[reject.reason] += 1
             progress.advance(batch.input_bytes, batch.docs_in)
         # inside the block: a mismatch leaves no output
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
@@ -443,6 +553,7 @@ def tokenize_file(
         "tokens": tokens,
         "bytes": text_bytes,
         "input_bytes": input_bytes,
+        "long_document_unsafe_cuts": tokenizer.unsafe_cuts - unsafe_before,
         "run": run | {"workers": workers, "tokens_per_s": round(tokens / max(run["seconds"], 1e-9))},
     }
     write_json(prefix + ".stats.json", stats)
