@@ -48,6 +48,7 @@ COMMANDS: dict[str, Command] = {
     "shuffle": _c("datapacks.slicer", "a seeded shuffled copy of a tokenized source", "shuffle_main"),
     "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
     "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
+    "train-reference": _c("train.reference.train", "train one pack's GPT-NeoX config (torch + DeepSpeed)"),
     "finetune-start": _c("train.finetune", "a checkpoint folder starting from a checkpoint (seed 003)"),
     "train-summary": _c(
         "train.configs", "the packs' training table (iterations, cadence, segments)", "summary_main"

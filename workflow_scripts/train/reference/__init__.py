@@ -1,0 +1,21 @@
+"""A small, real reference trainer (torch + DeepSpeed) for the per-pack GPT-NeoX configs.
+
+``snakepack train-reference --config results/train/{pack}/{pack}.yml`` trains a decoder-only GPT of the
+config's size on the config's merged pack exactly as a GPT-NeoX job reads it (GPT-NeoX's packed sample
+index, cached beside the pack under GPT-NeoX's file names; the LUMI fork's ``k_bin_packed`` for SFT), with
+the config's batch, ``train_iters``, ``iteration_offset``, LR schedule, checkpoint cadence and exits, and
+DeepSpeed checkpoints in GPT-NeoX's layout (``global_stepN`` tags and ``latest``). It refuses a
+``train_iters`` that would read a pretraining pack twice. Modules:
+
+- ``config``: the YAML config, the keys implemented and the ones listed as not implemented,
+- ``data``: GPT-NeoX's index mappings (doc, sample, shuffle) and the datasets over the ``.bin`` memmap,
+- ``masks``: SFT loss masking outside assistant spans and per-document attention (the LUMI fork's switches),
+- ``model``: the GPT in plain torch,
+- ``lr``: GPT-NeoX's ``AnnealingLR`` schedule,
+- ``engine``: DeepSpeed import, distributed start-up and the DeepSpeed config,
+- ``checkpoints``: save, load, ``latest``, data position and RNG state,
+- ``metrics``: loss curve (CSV, PNG), evaluation JSON lines, the segment summary,
+- ``train``: the command (training, resume, signals, ``--eval-only``).
+
+Nothing here is imported when the Snakefile is parsed; torch and DeepSpeed are imported only when training.
+"""

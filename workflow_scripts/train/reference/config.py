@@ -1,0 +1,395 @@
+"""The trainer config: a GPT-NeoX YAML (keys normalised as GPT-NeoX does), the keys implemented, the rest
+listed once.
+
+``load_config`` reads one or more YAML files (later ones override, as GPT-NeoX merges its ``*.yml``) into a
+``RunConfig``. Every key it reads is in ``IMPLEMENTED``; any other key, and an implemented key whose value the
+reference trainer does not support (``pos_emb: rotary``, ``precision: fp16``...), is listed in
+``RunConfig.not_implemented`` with what is used instead, which the trainer prints once at start. Values that
+would change which samples are read or when the run saves (the batch arithmetic, ``pack_impl``, model or
+pipeline parallelism, ``checkpoint_scale``) are refused with a ``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from workflow_scripts.core.cli import UserError
+
+NEOX_EOD_PIECE = "<|endoftext|>"
+ASSISTANT_PIECE = "<|assistant|>"
+PACK_IMPLS = ("packed", "k_bin_packed")
+DECAY_STYLES = ("constant", "linear", "cosine")
+
+IMPLEMENTED = frozenset(
+    {
+        # data
+        "train_data_paths",
+        "train_data_weights",
+        "valid_data_paths",
+        "valid_data_weights",
+        "seq_length",
+        "pack_impl",
+        "data_impl",
+        "vocab_file",
+        "tokenizer_type",
+        "make_vocab_size_divisible_by",
+        # batch and iterations
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "train_iters",
+        "iteration_offset",
+        # optimizer and schedule
+        "optimizer",
+        "min_lr",
+        "lr_decay_style",
+        "warmup",
+        "override_lr_scheduler",
+        "weight_decay",
+        "gradient_clipping",
+        # checkpoints and exits
+        "checkpoint_factor",
+        "checkpoint_scale",
+        "extra_save_iters",
+        "exit_interval",
+        "save",
+        "load",
+        "finetune",
+        # evaluation, logging, run
+        "seed",
+        "eval_interval",
+        "eval_iters",
+        "log_interval",
+        "precision",
+        "zero_optimization",
+        "distributed_backend",
+        "pipe_parallel_size",
+        "model_parallel_size",
+        # model
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "max_position_embeddings",
+        "no_weight_tying",
+        "attention_dropout",
+        "hidden_dropout",
+        "pos_emb",
+        "norm",
+        "layernorm_epsilon",
+        "init_method_std",
+        "activation",
+    }
+)
+
+
+class ConfigError(UserError, ValueError):
+    """A config the reference trainer cannot run as GPT-NeoX would; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The GPT's shape (GPT-NeoX key names)."""
+
+    vocab_size: int  # padded to make_vocab_size_divisible_by, as GPT-NeoX does
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    seq_length: int
+    max_position_embeddings: int
+    tied: bool = True
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    layernorm_epsilon: float = 1e-5
+    init_method_std: float = 0.02
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything the trainer reads from the config (GPT-NeoX's defaults where a key is missing)."""
+
+    path: str
+    name: str
+    train_paths: list[str]
+    train_weights: list[float]
+    valid_paths: list[str]
+    valid_weights: list[float]
+    seq_length: int
+    pack_impl: str
+    batch: int
+    micro: int
+    accumulation: int
+    data_parallel: int
+    train_iters: int
+    offset: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    min_lr: float
+    decay_style: str
+    warmup: float
+    override_lr_scheduler: bool
+    weight_decay: float
+    clipping: float
+    checkpoint_factor: int | None
+    extra_save_iters: tuple[int, ...]
+    exit_interval: int | None
+    save: str | None
+    load: str | None
+    finetune: bool
+    seed: int
+    eval_interval: int | None
+    eval_iters: int
+    log_interval: int
+    precision: str  # as given: fp32, bf16/bfloat16, fp16
+    zero_stage: int
+    backend: str | None
+    vocab_file: str
+    model: ModelConfig
+    eod_id: int
+    not_implemented: list[str] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        """The global iteration the pack ends at."""
+        return self.offset + self.train_iters
+
+
+def read_yaml(paths: Sequence[str]) -> dict[str, Any]:
+    """The merged configs (later files override), keys with ``-`` normalised to ``_`` as GPT-NeoX does."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
+        merged.update({str(k).replace("-", "_"): v for k, v in data.items()})
+    return merged
+
+
+def _int(raw: dict[str, Any], key: str, default: int | None = None, minimum: int | None = 0) -> int | None:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise ConfigError(f"{key}: {value!r} is not an integer")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{key}: {value} is below {minimum}")
+    return int(value)
+
+
+def _required(raw: dict[str, Any], key: str, path: str) -> Any:
+    if raw.get(key) is None:
+        raise ConfigError(f"{path}: {key} is required")
+    return raw[key]
+
+
+def _paths(raw: dict[str, Any], key: str) -> list[str]:
+    value = raw.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    return [str(v) for v in value]
+
+
+def _weights(raw: dict[str, Any], key: str, paths: list[str]) -> list[float]:
+    weights = raw.get(key) or [1.0] * len(paths)
+    if len(weights) != len(paths):
+        raise ConfigError(f"{key}: {len(weights)} weights for {len(paths)} paths")
+    if any(float(w) < 0 for w in weights) or (paths and sum(float(w) for w in weights) <= 0):
+        raise ConfigError(f"{key}: weights must be >= 0 with a positive sum, got {weights}")
+    return [float(w) for w in weights]
+
+
+def batch_layout(raw: dict[str, Any], world_size: int) -> tuple[int, int, int]:
+    """(train_batch_size, micro batch, gradient accumulation), completed as DeepSpeed does, and checked:
+    the batch must be micro batch x accumulation x data parallel (the world size)."""
+    batch = _int(raw, "train_batch_size", minimum=1)
+    micro = _int(raw, "train_micro_batch_size_per_gpu", minimum=1)
+    acc = _int(raw, "gradient_accumulation_steps", minimum=1)
+    if batch is None and micro is None:
+        raise ConfigError("train_batch_size or train_micro_batch_size_per_gpu is required")
+    if batch is None:
+        acc = acc or 1
+        batch = micro * acc * world_size
+    elif micro is None:
+        acc = acc or 1
+        micro = batch // (acc * world_size)
+    elif acc is None:
+        acc = batch // (micro * world_size)
+    if micro < 1 or acc < 1 or batch != micro * acc * world_size:
+        raise ConfigError(
+            f"train_batch_size {batch} != train_micro_batch_size_per_gpu {micro} x "
+            f"gradient_accumulation_steps {acc} x data parallel {world_size} (the number of processes)"
+        )
+    return batch, micro, acc
+
+
+def tokenizer_ids(vocab_file: str, sft: bool) -> tuple[int, int, int | None]:
+    """(vocab size, EOD id, assistant id) of a SentencePiece model, by GPT-NeoX's ``SPMTokenizer`` rules:
+    EOD = ``piece_to_id('<|endoftext|>')``; the assistant id only for SFT (``<|assistant|>`` must exist)."""
+    import sentencepiece as spm
+
+    if not os.path.isfile(vocab_file):
+        raise ConfigError(f"vocab_file: {vocab_file} is not a file")
+    sp = spm.SentencePieceProcessor(model_file=vocab_file)
+    eod = sp.piece_to_id(NEOX_EOD_PIECE)
+    assistant = None
+    if sft:
+        assistant = sp.piece_to_id(ASSISTANT_PIECE)
+        if sp.id_to_piece(assistant) != ASSISTANT_PIECE:
+            raise ConfigError(
+                f"SFT_ENABLED=1, but {vocab_file} has no {ASSISTANT_PIECE} piece to find assistant spans with"
+            )
+    return sp.get_piece_size(), eod, assistant
+
+
+def padded_vocab(size: int, divisible_by: int) -> int:
+    """GPT-NeoX's padded vocabulary: the next multiple of ``make_vocab_size_divisible_by``."""
+    return int(math.ceil(size / divisible_by) * divisible_by)
+
+
+def _check_values(raw: dict[str, Any], cuda: bool) -> tuple[list[str], str, int]:
+    """Values the reference supports only partly: the notes, the precision used and the ZeRO stage used."""
+    notes: list[str] = []
+    supported = {
+        "pos_emb": "learned",
+        "norm": "layernorm",
+        "activation": "gelu",
+        "data_impl": "mmap",
+        "tokenizer_type": "SPMTokenizer",
+    }
+    for key, value in supported.items():
+        if key in raw and raw[key] != value:
+            notes.append(f"{key}: {raw[key]} ({value} is used)")
+    precision = str(raw.get("precision") or "fp32")
+    if precision in ("bf16", "bfloat16") and not cuda:
+        notes.append(f"precision: {precision} (fp32 on CPU)")
+        precision = "fp32"
+    elif precision in ("bf16", "bfloat16"):
+        precision = "bf16"
+    elif precision != "fp32":
+        notes.append(f"precision: {precision} (fp32 is used)")
+        precision = "fp32"
+    zero = raw.get("zero_optimization") or {}
+    stage = int(zero.get("stage", 0) or 0)
+    if stage > 1:
+        notes.append(f"zero_optimization.stage: {stage} (stage 1 is used)")
+        stage = 1
+    others = sorted(set(zero) - {"stage"})
+    if others:
+        notes.append("zero_optimization: " + ", ".join(others))
+    optimizer = raw.get("optimizer") or {}
+    if str(optimizer.get("type", "Adam")).lower() not in ("adam", "adamw"):
+        notes.append(f"optimizer.type: {optimizer.get('type')} (Adam, decoupled weight decay, is used)")
+    extra = sorted(set(optimizer.get("params") or {}) - {"lr", "betas", "eps"})
+    if extra:
+        notes.append("optimizer.params: " + ", ".join(extra))
+    return notes, precision, stage
+
+
+def load_config(paths: Sequence[str], world_size: int = 1, cuda: bool = False) -> RunConfig:
+    """Read and check the config(s) for a run of ``world_size`` data-parallel processes."""
+    path = paths[0]
+    raw = read_yaml(paths)
+    for key in ("pipe_parallel_size", "model_parallel_size"):
+        if int(raw.get(key) or 1) != 1:
+            raise ConfigError(f"{key}: {raw[key]}: the reference trainer is data parallel only (1)")
+    if raw.get("checkpoint_scale", "linear") != "linear":
+        raise ConfigError(f"checkpoint_scale: {raw['checkpoint_scale']}: only linear is implemented")
+    pack_impl = str(raw.get("pack_impl") or "packed")
+    if pack_impl not in PACK_IMPLS:
+        raise ConfigError(f"pack_impl: {pack_impl}: the reference trainer reads {' or '.join(PACK_IMPLS)}")
+    decay = str(raw.get("lr_decay_style") or "linear")
+    if decay not in DECAY_STYLES:
+        raise ConfigError(f"lr_decay_style: {decay}: implemented are {', '.join(DECAY_STYLES)}")
+    notes, precision, stage = _check_values(raw, cuda)
+    unknown = sorted(set(raw) - IMPLEMENTED)
+    if unknown:
+        notes.append("ignored: " + ", ".join(unknown))
+    train_paths = _paths(raw, "train_data_paths")
+    if not train_paths:
+        raise ConfigError(f"{path}: train_data_paths is required")
+    valid_paths = _paths(raw, "valid_data_paths")
+    batch, micro, acc = batch_layout(raw, world_size)
+    seq = _int(raw, "seq_length", minimum=2)
+    if seq is None:
+        raise ConfigError(f"{path}: seq_length is required")
+    optimizer = raw.get("optimizer") or {}
+    params = optimizer.get("params") or {}
+    if params.get("lr") is None:
+        raise ConfigError(f"{path}: optimizer.params.lr is required")
+    betas = tuple(float(b) for b in params.get("betas", (0.9, 0.999)))
+    vocab_file = str(_required(raw, "vocab_file", path))
+    vocab, eod, _ = tokenizer_ids(vocab_file, sft=False)
+    heads = _int(raw, "num_attention_heads", minimum=1)
+    hidden = _int(raw, "hidden_size", minimum=1)
+    if heads is None or hidden is None or hidden % heads:
+        raise ConfigError(f"hidden_size {hidden} must be a multiple of num_attention_heads {heads}")
+    max_pos = _int(raw, "max_position_embeddings", seq, minimum=1)
+    if max_pos < seq:
+        raise ConfigError(f"max_position_embeddings {max_pos} < seq_length {seq}")
+    model = ModelConfig(
+        vocab_size=padded_vocab(vocab, _int(raw, "make_vocab_size_divisible_by", 128, minimum=1)),
+        num_layers=_int(raw, "num_layers", _required(raw, "num_layers", path), minimum=1),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        seq_length=seq,
+        max_position_embeddings=max_pos,
+        tied=not bool(raw.get("no_weight_tying", False)),
+        attention_dropout=float(raw.get("attention_dropout", 0.1)),
+        hidden_dropout=float(raw.get("hidden_dropout", 0.1)),
+        layernorm_epsilon=float(raw.get("layernorm_epsilon", 1e-5)),
+        init_method_std=float(raw.get("init_method_std", 0.02)),
+    )
+    factor = _int(raw, "checkpoint_factor", minimum=1)
+    exit_interval = _int(raw, "exit_interval", minimum=1)
+    eval_interval = _int(raw, "eval_interval", 1000, minimum=1)
+    extra = tuple(int(i) for i in (raw.get("extra_save_iters") or ()))
+    save, load = raw.get("save"), raw.get("load")
+    return RunConfig(
+        path=path,
+        name=os.path.splitext(os.path.basename(path))[0],
+        train_paths=train_paths,
+        train_weights=_weights(raw, "train_data_weights", train_paths),
+        valid_paths=valid_paths,
+        valid_weights=_weights(raw, "valid_data_weights", valid_paths),
+        seq_length=seq,
+        pack_impl=pack_impl,
+        batch=batch,
+        micro=micro,
+        accumulation=acc,
+        data_parallel=world_size,
+        train_iters=_int(raw, "train_iters", _required(raw, "train_iters", path)),
+        offset=_int(raw, "iteration_offset", 0) or 0,
+        lr=float(params["lr"]),
+        betas=(betas[0], betas[1]),
+        eps=float(params.get("eps", 1e-8)),
+        min_lr=float(raw.get("min_lr", 0.0)),
+        decay_style=decay,
+        warmup=float(raw.get("warmup", 0.01)),
+        override_lr_scheduler=bool(raw.get("override_lr_scheduler", False)),
+        weight_decay=float(raw.get("weight_decay", 0.01)),
+        clipping=float(raw.get("gradient_clipping", 1.0) or 0.0),
+        checkpoint_factor=factor,
+        extra_save_iters=extra,
+        exit_interval=exit_interval,
+        save=None if save is None else str(save),
+        load=None if load is None else str(load),
+        finetune=bool(raw.get("finetune", False)),
+        seed=_int(raw, "seed", 1234),
+        eval_interval=eval_interval,
+        eval_iters=_int(raw, "eval_iters", 100),
+        log_interval=_int(raw, "log_interval", 100, minimum=1),
+        precision=precision,
+        zero_stage=stage,
+        backend=raw.get("distributed_backend"),
+        vocab_file=vocab_file,
+        model=model,
+        eod_id=eod,
+        not_implemented=notes,
+    )
