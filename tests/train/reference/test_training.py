@@ -22,6 +22,8 @@ from tests.train.reference.conftest import (
     command,
     latest,
     losses,
+    make_pack,
+    pattern_docs,
     run_trainer,
     start_trainer,
     trainer_env,
@@ -101,7 +103,7 @@ def test_loss_goes_down_and_the_run_reports(tmp_path: Path, model: Path, packs: 
 def test_kill_9_then_resume_equals_an_uninterrupted_run(
     tmp_path: Path, model: Path, packs: dict[str, str]
 ) -> None:
-    keys = {"train_data_paths": [packs["pack_b"]], "train_iters": 24, "checkpoint_factor": 4}
+    keys = {"train_data_paths": [packs["pack_b"]], "train_iters": 24, "checkpoint_factor": 8}
     runs = {}
     for name in ("whole", "killed"):
         ckpt = tmp_path / name / "ckpt"
@@ -111,7 +113,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(
     run_trainer(runs["whole"])
     whole = losses(tmp_path / "whole" / "reference" / "pack_b")
     proc = start_trainer(runs["killed"])
-    wait_for(proc, at_iteration(10))
+    wait_for(proc, at_iteration(9))  # global_step8 is saved; the next save is at 16
     proc.kill()  # SIGKILL: no chance to save
     proc.wait()
     ckpt, out = tmp_path / "killed" / "ckpt", tmp_path / "killed" / "reference" / "pack_b"
@@ -232,15 +234,14 @@ def test_finetune_true_then_false(tmp_path: Path, model: Path, packs: dict[str, 
     assert [r[0] for r in losses(tmp_path / "reference" / "ft")] == list(range(7, 15))
 
 
-def test_signals_finish_the_iteration_save_and_exit_0(
-    tmp_path: Path, model: Path, packs: dict[str, str]
-) -> None:
+def test_signals_finish_the_iteration_save_and_exit_0(tmp_path: Path, model: Path, eod: int) -> None:
     ckpt = tmp_path / "ckpt"
+    big = make_pack(tmp_path / "big" / "big", pattern_docs(3000, 9, eod))  # room for seconds of training
     config = write_config(
         tmp_path / "pack_c.yml",
         model,
-        train_data_paths=[packs["pack_c"]],
-        train_iters=90,
+        train_data_paths=[big],
+        train_iters=900,
         checkpoint_factor=1000,
         save=str(ckpt),
         load=str(ckpt),
@@ -254,7 +255,7 @@ def test_signals_finish_the_iteration_save_and_exit_0(
         rest, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, rest
         step = int(latest(ckpt).removeprefix("global_step"))
-        assert previous + 3 <= step < 90 and rest.rstrip().endswith(f"exit: signal {signum.name}")
+        assert previous + 3 <= step < 900 and rest.rstrip().endswith(f"exit: signal {signum.name}")
         assert losses(out)[-1][0] == step
         summary = json.loads((out / "segments" / f"global_step{previous}-{step}.json").read_text())
         assert summary["exit"] == f"signal {signum.name}" and summary["latest"] == f"global_step{step}"
@@ -275,6 +276,7 @@ def test_sft_pack_reads_several_epochs_with_the_switches(tmp_path: Path, model: 
     prefix = build_dataset(tmp_path / "sft" / "sft", docs)
     lengths = np.array([len(d[0]) for d in docs])
     iters = sft.sft_train_iters(lengths, SEQ, BATCH, 1234, epochs=2)  # as the plan counts an SFT pack
+    assert neox_samples(iters, BATCH) > sft.k_bin_samples(lengths, SEQ, 1234, epochs=1)  # a second pass
     ckpt = tmp_path / "ckpt"
     keys = {"train_data_paths": [prefix], "train_iters": iters, "save": str(ckpt), "load": str(ckpt)}
     config = write_config(tmp_path / "sft.yml", model, pack_impl="k_bin_packed", **keys)

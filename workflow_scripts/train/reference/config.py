@@ -253,7 +253,7 @@ def padded_vocab(size: int, divisible_by: int) -> int:
     return int(math.ceil(size / divisible_by) * divisible_by)
 
 
-def _check_values(raw: dict[str, Any], cuda: bool) -> tuple[list[str], str, int]:
+def _check_values(raw: dict[str, Any], bf16: bool) -> tuple[list[str], str, int]:
     """Values the reference supports only partly: the notes, the precision used and the ZeRO stage used."""
     notes: list[str] = []
     supported = {
@@ -267,8 +267,8 @@ def _check_values(raw: dict[str, Any], cuda: bool) -> tuple[list[str], str, int]
         if key in raw and raw[key] != value:
             notes.append(f"{key}: {raw[key]} ({value} is used)")
     precision = str(raw.get("precision") or "fp32")
-    if precision in ("bf16", "bfloat16") and not cuda:
-        notes.append(f"precision: {precision} (fp32 on CPU)")
+    if precision in ("bf16", "bfloat16") and not bf16:
+        notes.append(f"precision: {precision} (fp32: no GPU with bf16 here)")
         precision = "fp32"
     elif precision in ("bf16", "bfloat16"):
         precision = "bf16"
@@ -292,8 +292,9 @@ def _check_values(raw: dict[str, Any], cuda: bool) -> tuple[list[str], str, int]
     return notes, precision, stage
 
 
-def load_config(paths: Sequence[str], world_size: int = 1, cuda: bool = False) -> RunConfig:
-    """Read and check the config(s) for a run of ``world_size`` data-parallel processes."""
+def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -> RunConfig:
+    """Read and check the config(s) for a run of ``world_size`` data-parallel processes (``bf16``: the GPU
+    supports bfloat16)."""
     path = paths[0]
     raw = read_yaml(paths)
     for key in ("pipe_parallel_size", "model_parallel_size"):
@@ -307,7 +308,7 @@ def load_config(paths: Sequence[str], world_size: int = 1, cuda: bool = False) -
     decay = str(raw.get("lr_decay_style") or "linear")
     if decay not in DECAY_STYLES:
         raise ConfigError(f"lr_decay_style: {decay}: implemented are {', '.join(DECAY_STYLES)}")
-    notes, precision, stage = _check_values(raw, cuda)
+    notes, precision, stage = _check_values(raw, bf16)
     unknown = sorted(set(raw) - IMPLEMENTED)
     if unknown:
         notes.append("ignored: " + ", ".join(unknown))

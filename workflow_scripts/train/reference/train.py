@@ -398,8 +398,11 @@ def summarize(
     trainer: Trainer, first: int, last: int, done: int, train_s: float, wall_s: float, reason: str
 ) -> None:
     """The segment's summary: printed as one line (rank 0) and written as JSON; the loss plot redrawn."""
+    from workflow_scripts.train.reference import checkpoints
+
     cfg, dist = trainer.cfg, trainer.dist
     tokens = done * cfg.batch * cfg.seq_length
+    saved = checkpoints.latest_step(cfg.save)
     memory = dist_engine.peak_memory(dist.device)
     tps = tokens / train_s if train_s else 0.0
     summary = {
@@ -416,7 +419,7 @@ def summarize(
         "world_size": dist.world_size,
         "device": str(dist.device),
         "precision": cfg.precision,
-        "latest": None if not cfg.save else f"global_step{last}" if done else None,
+        "latest": None if saved is None else checkpoints.tag_of(saved),
         **memory,
     }
     trainer.metrics.segment(summary)
@@ -437,7 +440,7 @@ def run_eval_only(trainer: Trainer) -> int:
     cfg = trainer.cfg
     step = checkpoints.latest_step(cfg.load)
     if step is None:
-        raise checkpoints.CheckpointError(f"--eval-only: load {cfg.load} has no latest checkpoint")
+        raise checkpoints.CheckpointError(f"--eval-only: no latest checkpoint in `load` ({cfg.load})")
     if trainer.valid is None:
         raise checkpoints.CheckpointError("--eval-only: the config has no valid_data_paths (or eval_iters 0)")
     checkpoints.load(trainer.engine, cfg.load, step, weights_only=True)
@@ -458,7 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.use_deterministic_algorithms(True)
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = load_config(args.config, dist_engine.world_size(), cuda=torch.cuda.is_available())
+    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    cfg = load_config(args.config, dist_engine.world_size(), bf16=bf16)
     with Stop() as stop:
         trainer = setup(args, cfg)
         try:
