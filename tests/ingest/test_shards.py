@@ -373,7 +373,11 @@ def test_rerun_is_byte_identical_and_removes_stale_shards(tmp_path: Path) -> Non
     inputs.append(write_lines(tmp_path / "en_web_cc_part-9.jsonl", [b"{bad", b'{"text": "Cafe\\u0301"}']))
 
     def snapshot(out: Path) -> dict[str, bytes]:
-        return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        """Every file's bytes; the stats without their run figures (seconds, throughput, peak RSS)."""
+        files = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        stats = orjson.loads(files.pop("stats.json"))
+        assert set(stats.pop("run")) == {"seconds", "mb_per_s", "docs_per_s", "peak_rss_mb"}
+        return {**files, "stats.json": orjson.dumps(stats)}
 
     ingest(inputs, tmp_path / "one", options(shard_size=400))
     ingest(inputs[::-1], tmp_path / "two", options(shard_size=400))

@@ -50,6 +50,7 @@ import orjson
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import UnbalancedStats, check_balance
 from workflow_scripts.ingest.readers import (
     SCAN,
@@ -263,6 +264,7 @@ def _ingest_file(
     writer: _ShardWriter,
     quarantine: IO[bytes],
     rejected: dict[str, int],
+    progress: Progress,
 ) -> dict[str, Any]:
     """Stream one input into ``writer``/``quarantine``; returns its entry of ``stats["inputs"]``."""
     source = os.path.basename(path)
@@ -303,7 +305,9 @@ def _ingest_file(
     for unit in iter_units(path, fmt):
         docs_in += 1
         docs_out += one(unit)
+        progress.advance(0, 1)
     size = os.path.getsize(path)
+    progress.advance(size)
     return {"path": path, "format": fmt, "bytes": size, "docs_in": docs_in, "docs_out": docs_out}
 
 
@@ -334,11 +338,12 @@ def ingest(
     out = Path(output_dir)
     rejected = dict.fromkeys(REJECT_REASONS, 0)
     with ExitStack() as stack:
+        progress = stack.enter_context(Progress(f"ingest {prefix}", sum(map(os.path.getsize, paths))))
         suffix = naming.shard_suffix(opts.compress)
         writer = _ShardWriter(stack, out, prefix, opts.shard_size, suffix)
         quarantine = _open_on_stack(stack, out / QUARANTINE_NAME)
         inputs_stats = [
-            _ingest_file(path, fmt, group, opts, writer, quarantine, rejected)
+            _ingest_file(path, fmt, group, opts, writer, quarantine, rejected, progress)
             for path, fmt in zip(paths, formats, strict=True)
         ]
         writer.finish()
@@ -355,6 +360,7 @@ def ingest(
             "options": dataclasses.asdict(opts),
         }
         check_counts(stats)
+        stats["run"] = progress.summary(stats["docs_in"], stats["docs_out"], sum(rejected.values()))
     _remove_stale_shards(out, prefix, {shard["name"] for shard in writer.shards})
     write_json(out / STATS_NAME, stats)
     return stats
