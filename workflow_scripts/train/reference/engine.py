@@ -10,6 +10,8 @@ runs on first use (about a minute); it is built into ``TORCH_EXTENSIONS_DIR``, w
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import socket
@@ -46,8 +48,10 @@ def import_torch() -> ModuleType:
 
 def import_deepspeed() -> ModuleType:
     """DeepSpeed, quiet (warnings only), or a clear message saying how to install it."""
-    import_torch()
+    torch = import_torch()
     extensions_dir()
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # say so, rather than have DeepSpeed warn it guessed
     try:
         import deepspeed
     except ImportError as err:
@@ -100,7 +104,8 @@ def init_distributed(backend: str | None) -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
+    with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed prints that its CPU op was built, every run
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     dist = torch.distributed
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
