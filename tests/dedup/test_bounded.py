@@ -1,4 +1,5 @@
-"""Long documents are signed in pieces, in bounded memory, with the signatures of the whole text."""
+"""Signatures in memory bounded by bytes: long documents are signed in pieces (with the signatures of the
+whole text), a shard's per-document arrays spill to files and are sorted by hash ranges (same store bytes)."""
 
 from __future__ import annotations
 
@@ -143,6 +144,7 @@ def test_signature_files_do_not_depend_on_piece_or_chunk_sizes(
         with monkeypatch.context() as m:
             m.setattr(signatures, "CHUNK_CHARS", 50)
             m.setattr(signatures, "SPILL_ROWS", 7)  # per-document arrays read back 7 rows at a time
+            m.setattr(signatures, "SORT_ROWS", 3)  # columns sorted in 2**6 hash ranges
             write_signatures(shard, tmp_path / "pieces.sig", params)
         assert (tmp_path / "pieces.sig").read_bytes() == (tmp_path / "whole.sig").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -178,3 +180,22 @@ def test_the_memory_of_one_huge_document_is_bounded(tmp_path: Path) -> None:
     # The line and its text (2 x 16 MB), reading it (16 MB more), one piece's working memory, numpy: about
     # 160 MiB; unbounded (31 bytes per character), 600
     assert peak_mib < 250, f"peak RSS {peak_mib} MiB for one 16 MB document"
+
+
+def test_store_arrays_written_in_pieces(tmp_path: Path) -> None:
+    from workflow_scripts.dedup.store import Store, write_store
+
+    a = np.arange(12, dtype=np.uint32).reshape(3, 4)
+    with write_store(tmp_path / "s", {}) as store:
+        for piece in (a.ravel()[:5], a.ravel()[5:5], a.ravel()[5:]):
+            store.extend("a", piece, (3, 4))
+        store.extend("empty", np.zeros(0, np.uint64), (2, 0))
+        store.add("b", np.ones(3))
+    s = Store(tmp_path / "s")
+    assert s["a"].tolist() == a.tolist() and s["empty"].shape == (2, 0) and s["b"].tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match="cells missing"), write_store(tmp_path / "t", {}) as store:
+        store.extend("a", a.ravel()[:5], (3, 4))
+        store.add("b", np.ones(3))
+    with pytest.raises(ValueError, match="more cells"), write_store(tmp_path / "t", {}) as store:
+        store.extend("a", np.zeros(13, np.uint32), (3, 4))
+    assert not (tmp_path / "t").exists()

@@ -36,7 +36,9 @@ BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20  # text bytes per batch: its working memory is about 31 bytes per character
 CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
 CHUNK_CHARS = 1 << 20  # a longer text is shingled in pieces of about this many characters (sign_long)
-SPILL_ROWS = 1 << 20  # per-document rows read back from the spill files at once
+SPILL_ROWS = 1 << 17  # per-document rows read back from the spill files at once
+SORT_ROWS = 1 << 18  # hashes sorted at once: a shard with more valid documents sorts them by hash ranges
+MAX_RANGE_BITS = 8  # at most 256 ranges (512 files open at once)
 VERSION = 1
 
 
@@ -245,16 +247,11 @@ class _Spill:
         for start in range(0, max(self.rows[name], 1), SPILL_ROWS):
             yield self.read(name, start, SPILL_ROWS)
 
-    def select(self, name: str, valid: np.ndarray) -> np.ndarray:
-        """The rows where ``valid``."""
-        dtype, row = self._layout[name]
-        out = np.empty((int(valid.sum()), *row), dtype)
-        at = 0
-        for start, chunk in zip(range(0, valid.size, SPILL_ROWS), self.chunks(name), strict=False):
-            chunk = chunk[valid[start : start + SPILL_ROWS]]
-            out[at : at + len(chunk)] = chunk
-            at += len(chunk)
-        return out
+    def take(self, name: str) -> np.ndarray:
+        """All rows, and the file is removed."""
+        data = self.read(name)
+        (self._dir / name).unlink()
+        return data
 
     def close(self) -> None:
         for fh in self._open.values():
@@ -262,33 +259,71 @@ class _Spill:
         self._open.clear()
 
 
+def _ranges(
+    spill: _Spill, name: str, valid: np.ndarray, key: Callable[[np.ndarray], np.ndarray]
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The valid rows of spill array ``name`` and their row numbers, by ranges of ``key``'s top bits: ranges
+    in ascending order, rows in row order within each.
+
+    A column of more than ``SORT_ROWS`` rows is cut into as many ranges as keep each about that long (hashes
+    are uniform): one pass spills each range to its own file, then they are read back one by one.
+    """
+    m = int(valid.sum())
+    bits = min(MAX_RANGE_BITS, math.ceil(math.log2(m / SORT_ROWS))) if m > SORT_ROWS else 0
+    values, rows = [], []
+    for start, chunk in zip(range(0, max(valid.size, 1), SPILL_ROWS), spill.chunks(name), strict=True):
+        take = valid[start : start + SPILL_ROWS]
+        values.append(chunk[take])
+        rows.append((start + np.flatnonzero(take)).astype(np.uint32))
+        if bits:
+            top = (key(values[0]) >> U64(64 - bits)).astype(np.intp)
+            order = np.argsort(top, kind="stable")
+            bounds = np.searchsorted(top[order], np.arange((1 << bits) + 1))
+            for r in np.flatnonzero(np.diff(bounds)):
+                part = order[bounds[r] : bounds[r + 1]]
+                spill.append(f"{name}.{r}", values[0][part])
+                spill.append(f"{name}.{r}.rows", rows[0][part])
+            values, rows = [], []
+    if not bits:
+        yield np.concatenate(values), np.concatenate(rows)
+    for r in range(1 << bits if bits else 0):
+        if f"{name}.{r}" in spill.rows:
+            yield spill.take(f"{name}.{r}"), spill.take(f"{name}.{r}.rows")
+
+
 def _write_sorted(store: StoreWriter, spill: _Spill, bands: int) -> int:
     """Write the exact hash and every band hash of the documents that have shingles, each sorted (ties in
-    row order), with their rows, one column at a time; return the number of such documents."""
+    row order), with their rows; return the number of such documents.
+
+    One column at a time, and a long column by ranges of its hashes' top bits, sorted one after the other
+    (hashes are uniform): memory is bounded by ``SORT_ROWS``, not by the shard's documents.
+    """
     valid = np.concatenate([chunk > 0 for chunk in spill.chunks("set_len")])
-    rows = np.flatnonzero(valid).astype(np.uint32)
-    exact = spill.select("exact", valid)
-    order = np.lexsort((exact[:, 1], exact[:, 0]))
-    for col in range(2):
-        store.append("exact_sorted", exact[order, col][None])
-    del exact
-    store.add("exact_row", rows[order])
-    del order
+    m = int(valid.sum())
+    for exact, rows in _ranges(spill, "exact", valid, lambda chunk: chunk[:, 0]):
+        order = np.lexsort((exact[:, 1], exact[:, 0]))
+        store.extend("exact_sorted", exact[order, 0], (2, m))
+        spill.append("exact_1", exact[order, 1])
+        spill.append("exact_row", rows[order])
+    for chunk in spill.chunks("exact_1"):
+        store.extend("exact_sorted", chunk, (2, m))
+    for chunk in spill.chunks("exact_row"):
+        store.append("exact_row", chunk)
     for band in range(bands):
-        values = spill.select(f"band_{band}", valid)
-        order = np.argsort(values, kind="stable")
-        store.append("band_sorted", values[order][None])
-        spill.append("band_row", rows[order])
-        del values, order
-    for band in range(bands):
-        store.append("band_row", spill.read("band_row", band * rows.size, rows.size)[None])
-    return int(rows.size)
+        for values, rows in _ranges(spill, f"band_{band}", valid, lambda chunk: chunk):
+            order = np.argsort(values, kind="stable")
+            store.extend("band_sorted", values[order], (bands, m))
+            spill.append("band_row", rows[order])
+    for chunk in spill.chunks("band_row"):
+        store.extend("band_row", chunk, (bands, m))
+    return m
 
 
 def _write_per_document(store: StoreWriter, spill: _Spill, bands: int) -> None:
     """Write the per-document arrays (bands, exact, scope, shingle offsets, ids, id offsets) in chunks."""
-    for start in range(0, max(spill.rows["scope"], 1), SPILL_ROWS):
-        store.append("bands", np.stack([spill.read(f"band_{b}", start, SPILL_ROWS) for b in range(bands)], 1))
+    step = max(1, SPILL_ROWS // bands)  # SPILL_ROWS band hashes at a time
+    for start in range(0, max(spill.rows["scope"], 1), step):
+        store.append("bands", np.stack([spill.read(f"band_{b}", start, step) for b in range(bands)], 1))
     for name, lengths in (("exact", None), ("scope", None), ("shingle_off", "set_len"), ("id_off", "id_len")):
         if name == "id_off":
             for chunk in spill.chunks("ids"):

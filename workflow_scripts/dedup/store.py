@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 import mmap
 import os
 import resource
@@ -34,6 +35,7 @@ class StoreWriter:
         self._fh = fh
         self._arrays: dict[str, dict[str, Any]] = {}
         self._open: str | None = None
+        self._missing = 0  # cells still to come of the array being extended
         fh.write(MAGIC)
 
     def append(self, name: str, chunk: np.ndarray) -> None:
@@ -41,6 +43,7 @@ class StoreWriter:
         chunk = np.ascontiguousarray(chunk)
         entry = self._arrays.get(name)
         if entry is None:
+            self._check_complete()
             self._fh.write(b"\0" * (-self._fh.tell() % ALIGN))
             entry = {"dtype": chunk.dtype.str, "shape": [0, *chunk.shape[1:]], "offset": self._fh.tell()}
             self._arrays[name] = entry
@@ -53,6 +56,27 @@ class StoreWriter:
         self._fh.write(chunk.tobytes())
         entry["shape"][0] += chunk.shape[0]
 
+    def extend(self, name: str, chunk: np.ndarray, shape: tuple[int, ...]) -> None:
+        """Append the cells of ``chunk`` (in C order, any number) to array ``name`` of the final ``shape``: an
+        array written in pieces that need not be whole rows. It must be complete before the next one."""
+        entry = self._arrays.get(name)
+        if entry is None:
+            self._check_complete()
+            self._fh.write(b"\0" * (-self._fh.tell() % ALIGN))
+            entry = {"dtype": chunk.dtype.str, "shape": list(shape), "offset": self._fh.tell()}
+            self._arrays[name] = entry
+            self._open, self._missing = name, math.prod(shape)
+        elif self._open != name or entry["dtype"] != chunk.dtype.str:
+            raise ValueError(f"array {name!r}: pieces must be consecutive and of one dtype")
+        if chunk.size > self._missing:
+            raise ValueError(f"array {name!r}: more cells than its shape {entry['shape']}")
+        self._fh.write(np.ascontiguousarray(chunk).tobytes())
+        self._missing -= chunk.size
+
+    def _check_complete(self) -> None:
+        if self._missing:
+            raise ValueError(f"array {self._open!r}: {self._missing} cells missing")
+
     def add(self, name: str, array: np.ndarray) -> None:
         """Write a whole array."""
         if name in self._arrays:
@@ -61,6 +85,7 @@ class StoreWriter:
         self._open = None
 
     def finish(self) -> None:
+        self._check_complete()
         header = orjson.dumps({"arrays": self._arrays, "meta": self.meta}, option=orjson.OPT_SORT_KEYS)
         self._fh.write(header + struct.pack("<Q", len(header)) + MAGIC)
 
