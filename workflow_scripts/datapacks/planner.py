@@ -230,12 +230,13 @@ def hold_out(
     for lang in sorted(by_lang):
         src = max(by_lang[lang], key=lambda s: (int(s.cumsum[-1]), s.name))
         total = int(src.cumsum[-1])
-        start = int(np.searchsorted(src.cumsum, total - tokens, side="right")) - 1
+        start = max(int(np.searchsorted(src.cumsum, total - tokens, side="right")) - 1, 0)
         held = total - int(src.cumsum[start])
         if start < 1 or held > total // 2:
             raise PlanError(
                 f"datapacks.validation_tokens {tokens}: language {lang}'s largest source {src.name} has "
-                f"{total} tokens; holding out {held} would leave less than half for training"
+                f"{total} tokens; holding out {held} would leave less than half for training: lower "
+                "validation_tokens"
             )
         documents = src.documents
         src.cumsum = src.cumsum[: start + 1]
