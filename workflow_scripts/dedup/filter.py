@@ -17,6 +17,7 @@ from typing import IO, Any
 import orjson
 
 from workflow_scripts.core.fsio import atomic_path, open_binary_writer, write_json
+from workflow_scripts.core.progress import Progress
 from workflow_scripts.dedup.shards import group, iter_lines
 
 
@@ -44,12 +45,17 @@ def filter_shard(
     }
     count: Counter[str] = Counter()
     by: dict[str, dict[str, Counter[str]]] = {"by_lang": {}, "by_source": {}}
+    plain = not str(shard).endswith((".gz", ".zst"))
     with contextlib.ExitStack() as stack:
+        progress = stack.enter_context(
+            Progress(f"dedup filter {name}", os.path.getsize(shard) if plain else None)
+        )
         kept_out = _writer(stack, output)
         removed_out = _writer(stack, removed)
         row = -1
         for line in iter_lines(shard):
             row += 1
+            progress.advance(len(line), 1)
             record = orjson.loads(line)
             fate = todo.pop(row, None)
             outcome = "kept" if fate is None else fate[1]
@@ -67,6 +73,7 @@ def filter_shard(
             del line, record  # not held while the next line is read
         if todo:
             raise ValueError(f"{assign}: rows {sorted(todo)[:5]} beyond the {row + 1} documents of {name}")
+        run = progress.summary(count["docs_in"], count["kept"], count["exact"] + count["near"])
     result = {
         "shard": name,
         "group": group(name),
@@ -83,6 +90,7 @@ def filter_shard(
             }
             for key, groups in by.items()
         },
+        "run": run,
     }
     write_json(stats, result)
     return result
@@ -99,4 +107,4 @@ def main(argv: list[str] | None = None) -> None:
     if Path(args.output).resolve() == Path(args.input).resolve():
         parser.error("--output must not overwrite --input")
     s = filter_shard(args.input, args.assign, args.output, args.removed, args.stats)
-    print(f"dedup filter: {args.input}: {s['docs_in']} in, {s['docs_out']} kept, removed {s['removed']}")
+    print(f"dedup filter: {args.input}: removed {s['removed']} -> {args.output}")

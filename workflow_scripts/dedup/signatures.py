@@ -26,6 +26,7 @@ from datasketch import MinHash
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import temp_sibling
+from workflow_scripts.core.progress import Progress
 from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import StoreWriter, write_store
@@ -356,8 +357,10 @@ def write_signatures(
     shutil.rmtree(spill_dir, ignore_errors=True)
     spill_dir.mkdir(parents=True)
     spill = _Spill(spill_dir)
+    plain = not str(shard).endswith((".gz", ".zst"))
+    progress = Progress(f"dedup signatures {Path(shard).name}", os.path.getsize(shard) if plain else None)
     try:
-        with write_store(output, meta) as store:
+        with progress, write_store(output, meta) as store:
 
             def emit(shingles: np.ndarray) -> None:
                 if params.verify == "jaccard":
@@ -373,6 +376,7 @@ def write_signatures(
             emit(empty.pop("shingles"))
             keep(empty)
             for records in _batches(shard):
+                progress.advance(sum(len(r.get("text") or "") for r in records), len(records))
                 for run, long in _runs(records):
                     if long:
                         batch = sign_long(run[0], params, perms, emit)
@@ -386,6 +390,7 @@ def write_signatures(
             valid = _write_sorted(store, spill, params.bands)
             _write_per_document(store, spill, params.bands)
             store.meta.update(docs=n, valid=valid)
+            progress.summary(n, n, 0)  # every document gets a signature (empty ones an empty set)
     finally:
         spill.close()
         shutil.rmtree(spill_dir, ignore_errors=True)
@@ -398,5 +403,4 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True, help="signature store to write")
     settings.add_arguments(parser, DedupSettings, "dedup settings")
     args = parser.parse_args(argv)
-    n = write_signatures(args.input, args.output, settings.from_args(DedupSettings, args).resolved())
-    print(f"dedup signatures: {args.input}: {n} documents -> {args.output}")
+    write_signatures(args.input, args.output, settings.from_args(DedupSettings, args).resolved())
