@@ -11,9 +11,13 @@ from packaging.specifiers import SpecifierSet
 ROOT = Path(__file__).resolve().parents[2]
 
 
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge's name -> PyPI's
+
+
 def pyproject_specs() -> dict[str, SpecifierSet]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {Requirement(r).name.lower(): Requirement(r).specifier for r in project["dependencies"]}
+    requirements = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    return {Requirement(r).name.lower(): Requirement(r).specifier for r in requirements}
 
 
 @pytest.mark.parametrize("env", sorted((ROOT / "envs").glob("*.yaml")), ids=lambda p: p.name)
@@ -25,6 +29,7 @@ def test_env_matches_pyproject(env: Path) -> None:
         name, _, spec = str(dep).partition(" ")
         if name == "python":
             continue
+        name = CONDA_NAMES.get(name, name)
         assert name in specs, f"{env.name}: {name} is not a dependency in pyproject.toml"
         assert SpecifierSet(spec.replace(" ", "")) == specs[name], (
             f"{env.name}: {name} {spec} differs from pyproject.toml {specs[name]}"
