@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +107,14 @@ def build_dataset(prefix: Path, docs: list[list[list[int]]], dtype: Any = np.uin
                 builder.add_item(seq)
             builder.end_document()
     return str(prefix)
+
+
+def export_git(git_dir: str, paths: list[str], dest: Path) -> Path:
+    """``paths`` of a git directory's HEAD, extracted into ``dest`` (once)."""
+    if not dest.exists():
+        archive = subprocess.run(
+            ["git", f"--git-dir={git_dir}", "archive", "HEAD", *paths], check=True, capture_output=True
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")
+    return dest

@@ -7,19 +7,17 @@ for GPT-NeoX, its requirements). Without them these tests are skipped, and the s
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 import sentencepiece as spm
 
-from tests.utils import REPO, write_jsonl
+from tests.utils import REPO, export_git, write_jsonl
 
 PYTHON = os.environ.get("SNAKEPACK_COMPAT_PYTHON", "")
 REPOS = {
@@ -43,16 +41,7 @@ def checkout(tool: str, root: Path) -> Path:
         pytest.skip(
             f"{tool} compatibility NOT CHECKED: set {' and '.join(missing)} (see the module docstring)"
         )
-    dest = root / tool
-    if not dest.exists():
-        archive = subprocess.run(
-            ["git", f"--git-dir={REPOS[tool]}", "archive", "HEAD", *PATHS[tool]],
-            check=True,
-            capture_output=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
-    return dest
+    return export_git(REPOS[tool], PATHS[tool], root / tool)
 
 
 @pytest.fixture(scope="module")

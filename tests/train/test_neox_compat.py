@@ -7,17 +7,16 @@ with ``iteration_offset``). Without them the tests are skipped, and the skip say
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.train.test_configs import BASE, SEED_000
+from tests.utils import export_git
 from workflow_scripts.train import configs, lint
 from workflow_scripts.train.settings import TrainSettings
 
@@ -42,16 +41,7 @@ def tree(kind: str, root: Path) -> Path:
     ]
     if missing:
         pytest.skip(f"GPT-NeoX ({kind}) NeoXArgs check NOT RUN: set {' and '.join(missing)}")
-    dest = root / kind
-    if not dest.exists():
-        archive = subprocess.run(
-            ["git", f"--git-dir={os.environ[TREES[kind]]}", "archive", "HEAD", "megatron"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
-    return dest
+    return export_git(os.environ[TREES[kind]], ["megatron"], root / kind)
 
 
 @pytest.mark.parametrize("kind", ["fork", "upstream"])

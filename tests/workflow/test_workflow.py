@@ -269,11 +269,9 @@ def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> No
     assert [(q["id"], q["reason"]) for q in quarantine] == [("plain", "no_sft_marker")]
 
 
-def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> None:
-    """One source, one mixture, one phase and a tokenizer model: the sample's mixtures do not leak in."""
-    raw = tmp_path / "raw"
-    generate(raw, seed=5, scale=0.2)
-    model = tmp_path / "spm"
+def train_tokenizer(raw: Path, prefix: Path) -> Path:
+    """A 1,000-piece model trained with the project's CLI on the raw English files (``prefix`` without
+    ``.model``)."""
     files = sorted(map(str, raw.glob("en_*.jsonl")))
     train = [
         sys.executable,
@@ -282,9 +280,17 @@ def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> 
         "train-tokenizer",
         *files,
         "--model-prefix",
-        str(model),
+        str(prefix),
     ]
     subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
+    return prefix
+
+
+def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> None:
+    """One source, one mixture, one phase and a tokenizer model: the sample's mixtures do not leak in."""
+    raw = tmp_path / "raw"
+    generate(raw, seed=5, scale=0.2)
+    model = train_tokenizer(raw, tmp_path / "spm")
     config = {
         "sample": {"enabled": False},
         "sources": [
@@ -316,18 +322,7 @@ def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path:
 
     raw = tmp_path / "raw"
     generate(raw, seed=6, scale=0.2)
-    model = tmp_path / "spm"
-    files = sorted(map(str, raw.glob("en_*.jsonl")))
-    train = [
-        sys.executable,
-        "-m",
-        "workflow_scripts",
-        "train-tokenizer",
-        *files,
-        "--model-prefix",
-        str(model),
-    ]
-    subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
+    model = train_tokenizer(raw, tmp_path / "spm")
     theirs = tmp_path / "theirs"
     de_files = sorted(raw.glob("de_*.jsonl"))
     tokenize = [sys.executable, "-m", "workflow_scripts", "tokenize", "--tokenizer-model", f"{model}.model"]
