@@ -180,17 +180,14 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
         "--lr 1.6e-4 --lr-decay-style cosine --override-opt-param-scheduler\n"
     )
     settings = TrainSettings.from_config({**SEED_000, "trainer": "megatron", "base_config": str(base)})
-    configs.write_pack_config(
-        plan(tmp_path / "merged"),
-        signature(3),
-        "U1_1",
-        str(base),
-        settings,
-        str(model),
-        str(tmp_path / "train"),
-        "/scratch/ckpt",
-        1234,
-    )
+
+    def write_u1(eod: int) -> None:
+        configs.write_pack_config(
+            plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, str(model),
+            str(tmp_path / "train"), "/scratch/ckpt", 1234,
+        )  # fmt: skip
+
+    write_u1(3)
     lines = (tmp_path / "train" / "U1_1" / "U1_1.args").read_text().splitlines()
     n = train_iters(U1_TOKENS, SEQ, BATCH)
     for line in [
@@ -208,14 +205,4 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
         assert line in lines, line
     assert not any(x.startswith(("--iteration-offset", "--warmup", "--keep-last")) for x in lines)
     with pytest.raises(configs.ConfigError, match="Megatron-LM's GPTSentencePieceTokenizer takes EOD"):
-        configs.write_pack_config(
-            plan(tmp_path / "merged"),
-            signature(2),
-            "U1_1",
-            str(base),
-            settings,
-            str(model),
-            str(tmp_path / "train"),
-            "/scratch/ckpt",
-            1234,
-        )
+        write_u1(2)
