@@ -653,3 +653,20 @@ def test_cli_as_module(tmp_path):
     assert run.returncode == 1
     assert run.stdout.startswith(f"ok {tmp_path / 'a'}: 1 documents, 1 sequences, 1 tokens, uint16")
     assert run.stderr == f"error: {tmp_path / 'z'}.idx: missing file\n"
+
+
+def test_the_builder_index_spills_to_disk_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    """The per-document index is buffered and spilled in chunks, so its memory does not grow with the
+    documents; the files are the same whatever the buffer size."""
+    rng = np.random.default_rng(5)
+    docs = [[list(rng.integers(0, 500, int(n))) for n in rng.integers(1, 4, 1)] for _ in range(300)]
+    docs += [[list(rng.integers(0, 500, 3)), list(rng.integers(0, 500, 2))] for _ in range(50)]  # 2 sequences
+    reference = build_dataset(tmp_path / "a", docs)
+    monkeypatch.setattr(idd, "_CHUNK", 7)
+    spilled = build_dataset(tmp_path / "b", docs)
+    for ext in (".bin", ".idx"):
+        assert Path(reference + ext).read_bytes() == Path(spilled + ext).read_bytes()
+    with idd.IndexedDatasetBuilder(tmp_path / "c", np.int32) as builder:
+        flat = rng.integers(0, 500, 1000)
+        builder.add_documents(flat, np.full(100, 10))  # extends across many buffers
+    assert verify(tmp_path / "c")["documents"] == 100 and not list(tmp_path.glob("tmp*"))

@@ -28,7 +28,8 @@ import hashlib
 import os
 import struct
 import sys
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -324,9 +325,10 @@ def verify(prefix: PathLike) -> dict[str, Any]:
 
 
 def write_index(
-    path: PathLike, dtype: DTypeLike, length_parts: Sequence[np.ndarray], doc_idx_parts: Sequence[np.ndarray]
+    path: PathLike, dtype: DTypeLike, length_parts: Iterable[np.ndarray], doc_idx_parts: Iterable[np.ndarray]
 ) -> None:
-    """Write an ``.idx`` file whose lengths / document index are the concatenations of the given parts.
+    """Write an ``.idx`` file whose lengths / document index are the concatenations of the given parts
+    (each iterated more than once).
 
     Pointers are derived from the lengths (exclusive prefix sum in int64, times the itemsize), streamed
     in chunks so memory stays at the size of the parts.
@@ -355,34 +357,70 @@ def write_index(
                 f.write(np.ascontiguousarray(part[a : a + _CHUNK], dtype="<i8"))
 
 
-class _Growing:
-    """A 1-D numpy array with amortised O(1) append: preallocated, doubled when full."""
+class _Column:
+    """An append-only 1-D integer column whose memory is bounded: values gather in a buffer of ``buffer``
+    elements that is written to an anonymous temporary file (in ``directory``) whenever it fills."""
 
-    def __init__(self, dtype: str, capacity: int = 1 << 16) -> None:
-        self._data = np.empty(capacity, dtype=dtype)
-        self._n = 0
+    def __init__(self, dtype: str, directory: str, buffer: int | None = None) -> None:
+        self._buffer = np.empty(buffer or _CHUNK, dtype=dtype)
+        self._n = 0  # values in the buffer
+        self._spilled = 0  # values in the file
+        self._directory = directory
+        self._file: IO[bytes] | None = None
+        self.last: int | None = None
 
     def __len__(self) -> int:
-        return self._n
+        return self._spilled + self._n
 
-    def _reserve(self, extra: int) -> None:
-        if self._n + extra > len(self._data):
-            grown = np.empty(max(2 * len(self._data), self._n + extra), dtype=self._data.dtype)
-            grown[: self._n] = self._data[: self._n]
-            self._data = grown
-
-    def append(self, value: int) -> None:
-        self._reserve(1)
-        self._data[self._n] = value
-        self._n += 1
+    def _flush(self) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115 - closed by close()
+        self._file.write(self._buffer[: self._n].tobytes())
+        self._spilled += self._n
+        self._n = 0
 
     def extend(self, values: np.ndarray) -> None:
-        self._reserve(len(values))
-        self._data[self._n : self._n + len(values)] = values
-        self._n += len(values)
+        if not len(values):
+            return
+        self.last = int(values[-1])
+        start = 0
+        while start < len(values):
+            take = min(len(self._buffer) - self._n, len(values) - start)
+            self._buffer[self._n : self._n + take] = values[start : start + take]
+            self._n += take
+            start += take
+            if self._n == len(self._buffer):
+                self._flush()
 
-    def view(self) -> np.ndarray:
-        return self._data[: self._n]
+    def append(self, value: int) -> None:
+        if self._n == len(self._buffer):
+            self._flush()
+        self._buffer[self._n] = value
+        self._n += 1
+        self.last = value
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The values in order, a buffer's worth at a time (may be iterated again)."""
+        if self._file is not None:
+            self._file.seek(0)
+            for _ in range(0, self._spilled, len(self._buffer)):
+                yield np.frombuffer(self._file.read(self._buffer.nbytes), dtype=self._buffer.dtype)
+        yield self._buffer[: self._n]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class _Chunked:
+    """A column seen as a re-iterable sequence of parts (what ``write_index`` takes)."""
+
+    def __init__(self, column: _Column) -> None:
+        self.column = column
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self.column.chunks()
 
 
 class _Aborted(Exception):
@@ -400,8 +438,9 @@ class IndexedDatasetBuilder:
     def __init__(self, prefix: PathLike, dtype: DTypeLike = np.int32) -> None:
         self.prefix = os.fspath(prefix)
         self.dtype = token_dtype(dtype)
-        self._lengths = _Growing("<i4")
-        self._doc_idx = _Growing("<i8")
+        directory = os.path.dirname(os.path.abspath(self.prefix))
+        self._lengths = _Column("<i4", directory)
+        self._doc_idx = _Column("<i8", directory)
         self._doc_idx.append(0)
         self._num_tokens = 0
         self._stack = contextlib.ExitStack()
@@ -511,22 +550,28 @@ class IndexedDatasetBuilder:
         if self._bin is None:
             return
         try:
-            if self._doc_idx.view()[-1] != len(self._lengths):
+            if self._doc_idx.last != len(self._lengths):
                 raise IndexedDatasetError(
-                    f"{self.prefix}: {len(self._lengths) - self._doc_idx.view()[-1]} sequence(s) added "
+                    f"{self.prefix}: {len(self._lengths) - (self._doc_idx.last or 0)} sequence(s) added "
                     "after the last end_document()"
                 )
             self._bin.close()
             self._bin = None
-            write_index(self._idx_tmp, self.dtype, [self._lengths.view()], [self._doc_idx.view()])
+            write_index(self._idx_tmp, self.dtype, _Chunked(self._lengths), _Chunked(self._doc_idx))
         except BaseException as exc:
             self.abort(exc)
             raise
+        self._close_columns()
         self._stack.close()
+
+    def _close_columns(self) -> None:
+        self._lengths.close()
+        self._doc_idx.close()
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Discard everything written: remove the temporary files."""
         self._bin = None
+        self._close_columns()
         exc = exc if exc is not None else _Aborted()
         self._stack.__exit__(type(exc), exc, exc.__traceback__)
 
