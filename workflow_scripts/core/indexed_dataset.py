@@ -63,6 +63,7 @@ TOKEN_DTYPE_CODES: dict[np.dtype, int] = {np.dtype("<i4"): 4, np.dtype("<u2"): 8
 UINT16_VOCAB_LIMIT = 65500  # Megatron DType.optimal_dtype / GPT-NeoX __best_fitting_dtype: < 65500 -> uint16
 
 _CHUNK = 1 << 22  # index elements handled per step when streaming index arrays
+COLUMN_BUFFER = 1 << 20  # index elements a builder keeps in memory before spilling them
 _COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
 
 DTypeLike = npt.DTypeLike
@@ -362,7 +363,7 @@ class _Column:
     elements that is written to an anonymous temporary file (in ``directory``) whenever it fills."""
 
     def __init__(self, dtype: str, directory: str, buffer: int | None = None) -> None:
-        self._buffer = np.empty(buffer or _CHUNK, dtype=dtype)
+        self._buffer = np.empty(buffer or min(_CHUNK, COLUMN_BUFFER), dtype=dtype)
         self._n = 0  # values in the buffer
         self._spilled = 0  # values in the file
         self._directory = directory
