@@ -179,9 +179,11 @@ def compare(ours: str, ours_rate: float, baseline: str, base_rate: float, unit: 
 
 
 def _jsonable(value: object) -> str:
-    """Paths (in argparse namespaces) as strings; anything else is an error."""
+    """Paths (in argparse namespaces) as strings, relative to the checkout when inside it (the results are
+    tracked: no machine's paths); anything else is an error."""
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        path = Path(value).resolve()
+        return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else os.fspath(value)
     raise TypeError(f"not JSON serializable: {value!r}")
 
 
