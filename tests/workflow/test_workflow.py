@@ -286,6 +286,17 @@ def train_tokenizer(raw: Path, prefix: Path) -> Path:
     return prefix
 
 
+def web_source(raw: Path) -> dict:
+    """A user's source: the generated English web files of ``raw``."""
+    return {
+        "name": "web",
+        "paths": [f"{raw}/en_web_*.jsonl"],
+        "lang": "en",
+        "domain": "web",
+        "subdomain": "cc",
+    }
+
+
 def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> None:
     """One source, one mixture, one phase and a tokenizer model: the sample's mixtures do not leak in."""
     raw = tmp_path / "raw"
@@ -293,15 +304,7 @@ def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> 
     model = train_tokenizer(raw, tmp_path / "spm")
     config = {
         "sample": {"enabled": False},
-        "sources": [
-            {
-                "name": "web",
-                "paths": [f"{raw}/en_web_*.jsonl"],
-                "lang": "en",
-                "domain": "web",
-                "subdomain": "cc",
-            }
-        ],
+        "sources": [web_source(raw)],
         "tokenizer": {"model": f"{model}.model"},
         "mixtures": {"only": {"lang_prob": {"en": 1}}},
         "datapacks": {"phases": [{"name": "all", "tokens": 20000, "mixture": "only"}]},
@@ -333,15 +336,7 @@ def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path:
     build_dataset(theirs / "fr_books_hand_x", [[[*sp.encode(t), sp.eos_id()]] for t in texts])
     config = {
         "sample": {"enabled": False},
-        "sources": [
-            {
-                "name": "web",
-                "paths": [f"{raw}/en_web_*.jsonl"],
-                "lang": "en",
-                "domain": "web",
-                "subdomain": "cc",
-            }
-        ],
+        "sources": [web_source(raw)],
         "tokenized_sources": [
             {
                 "name": "old",
