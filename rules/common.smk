@@ -20,11 +20,12 @@ expanded only for the rule that the job runs (see `expands`).
 
 import functools
 import json
+import math
 import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from workflow_scripts.core import naming
+from workflow_scripts.core import naming, schedule
 from workflow_scripts.core.runtime import set_progress_interval, use_this_interpreter
 from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.datapacks.mixture import check_config
@@ -210,14 +211,24 @@ def get_list_chunks(kind):
     return [f"{OUT}/lists/{kind}/{i}.txt" for i in range(count)]
 
 
+# How the training runs (commands, retries, detach, status), not what it trains: changing these reruns no
+# plan and no trainer config.
+TRAIN_RUN_KEYS = ("launch", "eval_launch", "evaluate_sft", "segment_retries", "stall_minutes", "detach", "sbatch")
+
+
+def train_config_json():
+    """The ``train`` section the trainer configs depend on, as JSON."""
+    return json.dumps({k: v for k, v in config["train"].items() if k not in TRAIN_RUN_KEYS}, sort_keys=True)
+
+
 def plan_config():
     """The configuration the plan depends on, as JSON (a change reruns the plan)."""
-    keys = ("seed", "training", "datapacks", "mixtures", "train")
-    return json.dumps({k: config[k] for k in keys}, sort_keys=True)
+    keys = ("seed", "training", "datapacks", "mixtures")
+    return json.dumps({**{k: config[k] for k in keys}, "train": json.loads(train_config_json())}, sort_keys=True)
 
 
 @functools.cache
-def _read_plan(path, mtime):
+def _read_json(path, mtime):
     with open(path) as f:
         return json.load(f)
 
@@ -225,7 +236,7 @@ def _read_plan(path, mtime):
 def read_plan():
     """The plan checkpoint's JSON, parsed once per version of the file (not once per pack)."""
     path = str(checkpoints.plan.get().output.json)
-    return _read_plan(path, os.stat(path).st_mtime_ns)
+    return _read_json(path, os.stat(path).st_mtime_ns)
 
 
 def planned_packs():
@@ -279,3 +290,108 @@ def get_merged_packs(wildcards):
 def get_train_configs(wildcards):
     """Every pack's trainer config (none without ``train.base_config``)."""
     return [f"{TRAIN}/{p}/{p}{TRAIN_CONFIG_EXT}" for p in planned_packs()] if config["train"]["base_config"] else []
+
+
+# --- training (rules/train.smk) -------------------------------------------------------------------------------
+# A pack trains as a chain of segments (Slurm jobs): segment k waits for segment k - 1, a pack's first
+# segment for the previous pack's done.json. How many segments a pack has is in its keys.json (the
+# train_config checkpoint), so the chain is known once the configs exist.
+
+
+def pack_keys_file(pack):
+    return f"{TRAIN}/{pack}/keys.json"
+
+
+def pack_summary(pack):
+    """A pack's training summary (iterations, offset, cadence, segments), once its trainer config exists."""
+    path = str(checkpoints.train_config.get(pack=pack).output.record)
+    return _read_json(path, os.stat(path).st_mtime_ns)["summary"]
+
+
+def pack_segments(pack):
+    """The number of segments of a pack, spares included."""
+    return pack_summary(pack)["segments"]
+
+
+def segment_records(pack):
+    return [f"{TRAIN}/{pack}/segments/{k}.json" for k in range(pack_segments(pack))]
+
+
+def evaluates():
+    """Whether every checkpoint is evaluated (an eval command, and not an SFT run unless asked)."""
+    train = config["train"]
+    return bool(train["eval_launch"]) and (config["tokenize"]["mode"] != "sft" or train["evaluate_sft"])
+
+
+def get_segment_inputs(wildcards):
+    """A segment's config, data and predecessor: the pack's previous segment or the previous pack's end."""
+    pack, k = wildcards.pack, int(wildcards.segment)
+    if k >= pack_segments(pack):
+        raise WorkflowError(f"{pack} has {pack_segments(pack)} segments (0-{pack_segments(pack) - 1}), not {k}")
+    packs = planned_packs()
+    index = packs.index(pack)
+    if k:
+        previous = [f"{TRAIN}/{pack}/segments/{k - 1}.json"]
+    else:
+        previous = [f"{TRAIN}/{packs[index - 1]}/done.json"] if index else []
+    # ancient(): a merged pack remade with the same content does not retrain (its config would change)
+    data = [ancient(f"{MERGED}/{p}/{p}.{ext}") for p in [pack, *validation_packs()] for ext in ("bin", "idx")]
+    return {"pack_keys": pack_keys_file(pack), "previous": previous, "data": data}
+
+
+def get_prune_inputs(wildcards):
+    """Retention runs after the segment and, when checkpoints are evaluated, after the evaluation."""
+    record = f"{TRAIN}/{wildcards.pack}/segments/{wildcards.segment}.json"
+    evaluation = [f"{TRAIN}/{wildcards.pack}/eval/{wildcards.segment}.json"] if evaluates() else []
+    return {"record": record, "evaluation": evaluation}
+
+
+def segment_estimate_s(wildcards):
+    """The plan's guess of one segment's time (shown by `snakemake -n train`)."""
+    summary = pack_summary(wildcards.pack)
+    busy = min(summary["segments"], -(-summary["train_iters"] // summary["exit_interval"]))
+    return round(summary["hours"] * 3600 / max(busy, 1))
+
+
+def get_pack_records(wildcards):
+    return segment_records(wildcards.pack)
+
+
+def finetune_option():
+    """A segment's --finetune-from (the run's starting checkpoint), or nothing."""
+    start = config["train"]["finetune_from"]
+    return f"--finetune-from {shlex.quote(start)}" if start else ""
+
+
+def retention_protected():
+    """The global steps retention keeps besides its policy: every pack's end (where the next pack starts)
+    and the run's starting checkpoint (train.finetune_from)."""
+    steps = [pack_summary(p)["iteration_offset"] + pack_summary(p)["train_iters"] for p in planned_packs()]
+    if config["train"]["finetune_from"]:
+        steps.append(schedule.start_step(config["train"]["finetune_from"]))
+    return " ".join(map(str, steps))
+
+
+def get_all_records(wildcards=None):
+    return [r for pack in planned_packs() for r in segment_records(pack)]
+
+
+def get_all_evals(wildcards=None):
+    if not evaluates():
+        return []
+    return [f"{TRAIN}/{p}/eval/{k}.json" for p in planned_packs() for k in range(pack_segments(p))]
+
+
+def get_train_target(wildcards):
+    """Everything `snakemake train` makes: every pack done, every segment's retention, the curve."""
+    packs = planned_packs()
+    retention = [f"{TRAIN}/{p}/retention/{k}.json" for p in packs for k in range(pack_segments(p))]
+    return [*[f"{TRAIN}/{p}/done.json" for p in packs], *retention, f"{TRAIN}/loss.csv"]
+
+
+def get_detach_inputs(wildcards):
+    """Every pack's keys.json, in training order (the detached chain is built from them)."""
+    packs = planned_packs()
+    for pack in packs:
+        pack_segments(pack)  # waits for the train_config checkpoint
+    return [pack_keys_file(p) for p in packs]

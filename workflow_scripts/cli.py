@@ -53,6 +53,13 @@ COMMANDS: dict[str, Command] = {
     "train-summary": _c(
         "train.configs", "the packs' training table (iterations, cadence, segments)", "summary_main"
     ),
+    "train-segment": _c("train.segment", "one training segment of a pack (a Slurm job) and its record"),
+    "train-eval": _c("train.checkpoint_eval", "evaluate the checkpoint a segment saved"),
+    "train-prune": _c("train.retention", "the checkpoint retention policy after a segment"),
+    "train-finished": _c("train.finished", "check from the checkpoint that a pack reached its last step"),
+    "train-curve": _c("train.curve", "the run's loss curve and its segment and evaluation tables"),
+    "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
+    "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
     "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
     "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
     "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),

@@ -35,6 +35,13 @@ class TrainSettings:
     finetune_from: str | None = setting("train", "finetune_from")
     sft_epochs: int = setting("train", "sft_epochs")
     sft_env: dict[str, str] = setting("train", "sft_env")
+    launch: str = setting("train", "launch")
+    eval_launch: str | None = setting("train", "eval_launch")
+    evaluate_sft: bool = setting("train", "evaluate_sft")
+    segment_retries: int = setting("train", "segment_retries")
+    stall_minutes: float = setting("train", "stall_minutes")
+    detach: bool = setting("train", "detach")
+    sbatch: tuple[str, ...] = setting("train", "sbatch")
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainSettings:

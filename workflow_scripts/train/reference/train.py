@@ -45,6 +45,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", nargs="+", help="GPT-NeoX YAML config(s); later files override")
     parser.add_argument("--out", help="output folder (default: reference/{config name} beside `save`)")
     parser.add_argument("--eval-only", action="store_true", help="evaluate the latest checkpoint and exit")
+    parser.add_argument(
+        "--tag", help="--eval-only: the checkpoint to evaluate (global_stepN; default latest)"
+    )
+    parser.add_argument("--eval-out", help="--eval-only: also write the evaluation to this JSON file")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument(
         "--deterministic", action="store_true", help="torch.use_deterministic_algorithms (bitwise reruns)"
@@ -434,11 +438,12 @@ def summarize(
     )
 
 
-def run_eval_only(trainer: Trainer) -> int:
+def run_eval_only(trainer: Trainer, tag: str | None, out: str | None) -> int:
+    from workflow_scripts.core.fsio import write_json
     from workflow_scripts.train.reference import checkpoints
 
     cfg = trainer.cfg
-    step = checkpoints.latest_step(cfg.load)
+    step = checkpoints.step_of(tag) if tag else checkpoints.latest_step(cfg.load)
     if step is None:
         raise checkpoints.CheckpointError(f"--eval-only: no latest checkpoint in `load` ({cfg.load})")
     if trainer.valid is None:
@@ -446,6 +451,8 @@ def run_eval_only(trainer: Trainer) -> int:
     checkpoints.load(trainer.engine, cfg.load, step, weights_only=True)
     record = {"iteration": step, **trainer.evaluate()}
     trainer.metrics.evaluation(record, standalone=True)
+    if out and trainer.dist.main:
+        write_json(out, {"pack": cfg.name, "checkpoint": checkpoints.tag_of(step), **record})
     say(trainer.dist, json.dumps(record, sort_keys=True))
     return 0
 
@@ -466,7 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Stop() as stop:
         trainer = setup(args, cfg)
         try:
-            return run_eval_only(trainer) if args.eval_only else run_training(trainer, stop)
+            return (
+                run_eval_only(trainer, args.tag, args.eval_out)
+                if args.eval_only
+                else run_training(trainer, stop)
+            )
         finally:
             if torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()

@@ -1,0 +1,192 @@
+"""``snakepack train-detach``: the training chain as sbatch jobs that need no process on the login node.
+
+Usage (``snakemake train`` with ``train.detach: true`` runs it)::
+
+    snakepack train-detach --train-json '{...}' --train-dir results/train --logs-dir logs \\
+        --state results/train/detach/chain.json results/train/*/keys.json   # the packs, in order
+
+For months-long runs (seed 000's ``schedule.sh``): every segment of every pack is one sbatch job that
+depends ``afterany`` on the one before (a failed segment does not stop the chain: the next one resumes
+from ``latest``), each followed by a job (``afterok``) that evaluates its checkpoint and applies the
+retention policy (and, after a pack's last segment, checks the pack); a last job gathers the curve. The
+commands are the ones the Snakemake rules run, with the same files, so a later ``snakemake train``
+without ``detach`` finds the finished segments done.
+
+The job ids are kept in ``--state``. A rerun asks Slurm (squeue, then sacct) about them: a unit whose
+output exists is done, one whose job is still pending or running is kept (its id is what later jobs wait
+for), and only the rest is submitted again, so a queued chain is never duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflow_scripts.core import schedule
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.train import slurm
+from workflow_scripts.train.settings import TrainSettings
+
+
+@dataclass
+class Unit:
+    """One sbatch job of the chain: its name, command, output (done when it exists) and predecessors."""
+
+    name: str
+    command: str
+    output: str
+    log: str
+    after_any: list[str] = field(default_factory=list)
+    after_ok: list[str] = field(default_factory=list)
+
+
+def cli(command: str, *args: str, **options: str | int | float | Sequence[str | int] | None) -> str:
+    """``python -m workflow_scripts COMMAND ARGS --option value ...`` as one shell word list (None: left out;
+    a list: the option's values)."""
+    words = [sys.executable, "-m", "workflow_scripts", command]
+    for name, value in options.items():
+        if value is None:
+            continue
+        values = [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
+        words += [f"--{name.replace('_', '-')}", *values]
+    return shlex.join([*words, *args])
+
+
+def chain(
+    keys_files: Sequence[str], train: TrainSettings, train_dir: str, logs_dir: str, sft: bool
+) -> list[Unit]:
+    """Every job of the run, in submission order."""
+    evaluate = bool(train.eval_launch) and (not sft or train.evaluate_sft)
+    summaries = [read_json(k)["summary"] for k in keys_files]
+    protect = [s["iteration_offset"] + s["train_iters"] for s in summaries]
+    protect += [schedule.start_step(train.finetune_from)] if train.finetune_from else []
+    units: list[Unit] = []
+    previous: list[str] = []
+    for keys, summary in zip(keys_files, summaries, strict=True):
+        pack, n = summary["pack"], summary["segments"]
+        pack_dir, log_dir = f"{train_dir}/{pack}", f"{logs_dir}/train/{pack}"
+        records = [f"{pack_dir}/segments/{k}.json" for k in range(n)]
+        for k, record in enumerate(records):
+            train_segment = cli(
+                "train-segment", keys=keys, segment=k, segments=n, record=record, launch=train.launch,
+                margin_minutes=train.save_minutes, finetune_from=train.finetune_from,
+            )  # fmt: skip
+            segment = Unit(
+                f"{pack}/segment/{k}", train_segment, record, f"{log_dir}/segment_{k}.log", previous
+            )
+            retention = f"{pack_dir}/retention/{k}.json"
+            steps = [
+                cli("train-eval", keys=keys, record=record, out=f"{pack_dir}/eval/{k}.json",
+                    launch=train.eval_launch) if evaluate else "",
+                cli("train-prune", record=record, keep_last=train.keep_last, milestones=train.milestones,
+                    protect=protect, out=retention),
+                cli("train-finished", *records, keys=keys, out=f"{pack_dir}/done.json") if k == n - 1 else "",
+            ]  # fmt: skip
+            after = " && ".join(step for step in steps if step)
+            units += [
+                segment,
+                Unit(f"{pack}/after/{k}", after, retention, f"{log_dir}/after_{k}.log", [], [segment.name]),
+            ]
+            previous = [segment.name]
+    records = [u.output for u in units if "/segment/" in u.name]
+    evals = [f"{train_dir}/{u.name.split('/')[0]}/eval/{u.name.split('/')[2]}.json" for u in units
+             if evaluate and "/segment/" in u.name]  # fmt: skip
+    curve = cli("train-curve", out_dir=train_dir, segments=records, evals=evals)
+    posts = [u.name for u in units if "/after/" in u.name]
+    units.append(Unit("curve", curve, f"{train_dir}/loss.csv", f"{logs_dir}/train/curve.log", posts))
+    return units
+
+
+def sbatch(unit: Unit, ids: dict[str, str], train: TrainSettings, wait_for: Sequence[str] = ()) -> str:
+    """Submit one unit after its predecessors (and ``wait_for``: segments still queued or running)."""
+    after_any = [ids[n] for n in unit.after_any if n in ids] + list(wait_for)
+    deps = [f"afterany:{j}" for j in dict.fromkeys(after_any)]
+    deps += [f"afterok:{ids[n]}" for n in unit.after_ok if n in ids]
+    Path(unit.log).parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "sbatch", "--parsable", f"--job-name=snakepack-{unit.name.replace('/', '-')}",
+        f"--time={math.ceil(train.time_limit_minutes)}", f"--output={unit.log}.slurm-%j.out",
+        "--open-mode=append", f"--comment=snakepack_{unit.name}",
+        *([f"--dependency={','.join(deps)}"] if deps else []), *train.sbatch,
+        f"--wrap={unit.command} >> {shlex.quote(unit.log)} 2>&1",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise UserError(f"sbatch of {unit.name} failed: {out.stderr.strip()}")
+    return out.stdout.strip().split(";")[0]
+
+
+def scancel(job: str) -> None:
+    subprocess.run(["scancel", job], capture_output=True, timeout=60, check=False)
+
+
+def submit(units: list[Unit], state_path: str, train: TrainSettings) -> dict[str, str]:
+    """Submit what is neither done nor queued; record and return every live job id.
+
+    A job still pending whose predecessor is submitted again (it would wait forever on a dependency that
+    can no longer be met) is cancelled and submitted again after it. A segment submitted again also waits
+    for every segment job still queued or running, so two segments never train at once.
+    """
+    state = read_json(state_path) if os.path.exists(state_path) else {"jobs": {}}
+    known = slurm.states(state["jobs"].values())
+    ids: dict[str, str] = {}
+    renewed: set[str] = set()
+    live_segments = [
+        state["jobs"][u.name]
+        for u in units
+        if "/segment/" in u.name and known.get(state["jobs"].get(u.name, "")) in slurm.ACTIVE
+    ]
+    counts = {"done": 0, "kept": 0, "submitted": 0}
+    for unit in units:
+        old = state["jobs"].get(unit.name)
+        stale = any(n in renewed for n in (*unit.after_any, *unit.after_ok))
+        if unit.name != "curve" and os.path.exists(unit.output):
+            counts["done"] += 1
+            continue
+        if old and known.get(old) in slurm.ACTIVE and not (stale and known.get(old) == "PENDING"):
+            ids[unit.name] = old
+            counts["kept"] += 1
+            continue
+        if unit.name == "curve" and os.path.exists(unit.output) and not counts["submitted"]:
+            counts["done"] += 1
+            continue
+        if old and known.get(old) in slurm.ACTIVE:
+            scancel(old)
+        wait_for = live_segments if "/segment/" in unit.name else ()
+        ids[unit.name] = sbatch(unit, ids, train, wait_for)
+        renewed.add(unit.name)
+        state["jobs"][unit.name] = ids[unit.name]
+        counts["submitted"] += 1
+        write_json(state_path, state)  # after every submission: a crash here loses no job id
+    write_json(state_path, state)
+    print(
+        f"train-detach: {len(units)} jobs in the chain: {counts['done']} done, {counts['kept']} still queued "
+        f"or running, {counts['submitted']} submitted; ids in {state_path}"
+    )
+    for name, job in ids.items():
+        print(f"  {name}: {job} ({'submitted now' if name in renewed else known.get(job)})")
+    return ids
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train-json", required=True, help="the config's train section (JSON)")
+    parser.add_argument("--train-dir", required=True)
+    parser.add_argument("--logs-dir", required=True)
+    parser.add_argument("--state", required=True, help="the chain's job ids (JSON)")
+    parser.add_argument("--sft", action="store_true", help="an SFT run (evaluation per train.evaluate_sft)")
+    parser.add_argument("keys", nargs="+", help="every pack's keys.json, in training order")
+    args = parser.parse_args(argv)
+    train = TrainSettings.from_config(json.loads(args.train_json))
+    units = chain(args.keys, train, args.train_dir.rstrip("/"), args.logs_dir.rstrip("/"), args.sft)
+    submit(units, args.state, train)
+    return 0

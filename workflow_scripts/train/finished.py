@@ -1,0 +1,65 @@
+"""``snakepack train-finished``: a pack is done when its checkpoint says so, not when its jobs ended.
+
+Usage (the train_pack rule's command)::
+
+    snakepack train-finished --keys results/train/main_1/keys.json --out results/train/main_1/done.json \\
+        results/train/main_1/segments/*.json
+
+It checks that ``latest`` in the checkpoint folder names exactly the pack's last global step
+(``iteration_offset + train_iters``) and that this checkpoint exists, and writes the pack's summary from
+its segment records: segments, iterations, wall time, the median measured s/iter, the last losses. The
+next pack's first segment waits for this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Sequence
+
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.train.segment import PackKeys, latest_step
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", required=True, help="the pack's keys.json")
+    parser.add_argument("--out", required=True, help="the pack's summary (JSON)")
+    parser.add_argument("records", nargs="+", help="the pack's segment records, in order")
+    args = parser.parse_args(argv)
+    keys = PackKeys.read(args.keys)
+    latest = latest_step(keys.checkpoints)
+    tag = os.path.join(keys.checkpoints, f"global_step{keys.end}")
+    if latest != keys.end or not os.path.exists(tag):
+        raise UserError(
+            f"{keys.pack} is not finished: latest in {keys.checkpoints} is "
+            f"{'none' if latest is None else f'global_step{latest}'}, its end is global_step{keys.end}"
+            f"{'' if os.path.exists(tag) else ' (no such checkpoint)'}"
+        )
+    records = [read_json(p) for p in args.records]
+    rates = [r["s_per_iter"] for r in records if r.get("s_per_iter")]
+    trained = [r for r in records if r["iterations"]]
+    summary = {
+        "pack": keys.pack,
+        "first_step": keys.offset,
+        "last_step": keys.end,
+        "train_iters": keys.train_iters,
+        "checkpoint": f"global_step{keys.end}",
+        "segments": len(records),
+        "segments_training": len(trained),
+        "iterations": sum(r["iterations"] for r in records),
+        "wall_seconds": round(sum(r["wall_seconds"] for r in records), 3),
+        "s_per_iter": statistics.median(rates) if rates else None,
+        "train_loss": trained[-1]["train_loss"] if trained else None,
+        "slurm_job_ids": [r["slurm_job_id"] for r in records],
+    }
+    if summary["iterations"] != keys.train_iters:
+        raise UserError(
+            f"{keys.pack}: its segments record {summary['iterations']} iterations, the pack has "
+            f"{keys.train_iters} (records from another run?)"
+        )
+    write_json(args.out, summary)
+    print(f"train-finished: {keys.pack} at global_step{keys.end} after {len(records)} segment(s)")
+    return 0

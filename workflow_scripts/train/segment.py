@@ -1,0 +1,261 @@
+"""``snakepack train-segment``: one training segment of a pack (one Slurm job), and its record.
+
+Usage (the train_segment rule's command)::
+
+    snakepack train-segment --keys results/train/main_1/keys.json --segment 1 --segments 3 \\
+        --record results/train/main_1/segments/1.json --launch "python -m workflow_scripts train-reference \\
+        --config {config}" [--margin-minutes 10] [--finetune-from CKPT]
+
+It runs the trainer's launch command (``{config}``: the pack's config, plus an override file that turns
+``finetune`` off once the run has saved its own checkpoint; ``{pack}``), with the pack's environment
+(the SFT switches), passing on SIGTERM and SIGUSR1. The trainer resumes from ``latest`` and stops at its
+``exit_interval`` boundary, at the pack's end, or on the signal, saving first. Inside Slurm, a watchdog
+sends SIGUSR1 ``--margin-minutes`` before the job's time limit (asked from squeue), so a segment uses its
+whole time whatever the s/iter; ``--signal=USR1@...`` in the profile does the same for trainers launched
+with srun.
+
+The record (JSON) says what the segment did, from the checkpoint folder and the trainer's output: global
+steps before and after, the checkpoint tag, whether the pack is finished, Slurm job id and nodes, wall
+time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the
+retry resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or
+when it is the pack's last segment and the pack is not finished. A segment that finds the pack finished
+runs the trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.train import finetune, progress_lines, slurm
+
+
+class SegmentError(UserError, RuntimeError):
+    """A segment that must be run again: the message says why and where the run stands."""
+
+
+@dataclass(frozen=True)
+class PackKeys:
+    """What a segment needs from a pack's ``keys.json`` (written with its trainer config)."""
+
+    pack: str
+    config: str
+    offset: int
+    train_iters: int
+    exit_interval: int
+    checkpoints: str
+    environment: dict[str, str]
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.train_iters
+
+    @classmethod
+    def read(cls, path: str) -> PackKeys:
+        keys = read_json(path)
+        values = {k: v["value"] for k, v in keys["set"].items()}
+        return cls(
+            pack=keys["summary"]["pack"],
+            config=keys["config"],
+            offset=int(values["iteration_offset"]),
+            train_iters=int(values["train_iters"]),
+            exit_interval=int(values["exit_interval"]),
+            checkpoints=values["save"],
+            environment=dict(keys.get("environment") or {}),
+        )
+
+    def boundary(self, segment: int) -> int:
+        """The global step segment ``segment`` trains to when nothing stops it early."""
+        return self.offset + min(self.train_iters, (segment + 1) * self.exit_interval)
+
+
+def latest_step(checkpoints: str) -> int | None:
+    """The global step ``latest`` names (None without one)."""
+    tag = finetune.latest(checkpoints)
+    if tag is None:
+        return None
+    if not tag.startswith("global_step") or not tag[len("global_step") :].isdigit():
+        raise SegmentError(f"{checkpoints}/latest names {tag!r}, not a global_stepN checkpoint")
+    return int(tag[len("global_step") :])
+
+
+def sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class Launch:
+    """The trainer as a child process group: output passed through and parsed; signals passed on."""
+
+    def __init__(self, command: str, env: dict[str, str]) -> None:
+        self.command = command
+        self.env = env
+        self.losses: list[tuple[int, float]] = []
+        self.valid: list[tuple[int, float]] = []
+        self.times: list[float] = []
+        self.signalled: str | None = None
+        self.proc: subprocess.Popen[str] | None = None
+
+    def signal(self, signum: int, why: str) -> None:
+        if self.proc is not None and self.proc.poll() is None and self.signalled is None:
+            self.signalled = why
+            print(f"train-segment: {why}: SIGUSR1/SIGTERM passed to the trainer", flush=True)
+            os.killpg(self.proc.pid, signum)
+
+    def run(self, deadline: float | None) -> int:
+        self.proc = subprocess.Popen(
+            self.command,
+            shell=True,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        if deadline is not None:
+            delay = max(0.0, deadline - time.time())
+            timer = threading.Timer(delay, self.signal, (signal.SIGUSR1, "time limit margin reached"))
+            timer.daemon = True
+            timer.start()
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if (parsed := progress_lines.iteration_loss(line)) is not None:
+                self.losses.append(parsed)
+                self.times.append(time.perf_counter())
+            elif (parsed := progress_lines.validation_loss(line)) is not None:
+                self.valid.append(parsed)
+        return self.proc.wait()
+
+    def seconds_per_iter(self) -> float | None:
+        """Between the first and the last iteration line (start-up and loading excluded)."""
+        if len(self.times) < 2:
+            return None
+        return round((self.times[-1] - self.times[0]) / (len(self.times) - 1), 4)
+
+
+def config_arguments(keys: PackKeys, record_dir: Path, segment: int, start: str | None) -> str:
+    """The ``{config}`` of the launch: the pack's config, plus ``finetune: false`` once ``latest`` is the
+    run's own checkpoint (seed 003's rule: the optimizer is reset only once)."""
+    files = [keys.config]
+    if start is not None and not finetune.finetune_flag(keys.checkpoints, start):
+        override = record_dir / f".{segment}.finetune-off.yml"
+        override.write_text("finetune: false\n", encoding="utf-8")
+        files.append(str(override))
+    return shlex.join(files)
+
+
+def deadline_of(margin_minutes: float) -> float | None:
+    """When to ask the trainer to stop: the Slurm job's end minus the margin (None outside Slurm)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    end = slurm.end_time(job) if job else None
+    return None if end is None else end.timestamp() - margin_minutes * 60
+
+
+def run_segment(args: argparse.Namespace) -> dict[str, Any]:
+    keys = PackKeys.read(args.keys)
+    record = Path(args.record)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    before = latest_step(keys.checkpoints)
+    if before is not None and before > keys.end:
+        raise SegmentError(
+            f"{keys.pack}: latest in {keys.checkpoints} is global_step{before}, past this pack's end "
+            f"{keys.end}: a later pack has trained already (its config changed?)"
+        )
+    target = keys.boundary(args.segment)
+    command = args.launch.format(
+        config=config_arguments(keys, record.parent, args.segment, args.finetune_from), pack=keys.pack
+    )
+    started, wall0 = dt.datetime.now(dt.UTC), time.perf_counter()
+    print(
+        f"train-segment: {keys.pack} segment {args.segment + 1} of {args.segments}: latest "
+        f"{'none' if before is None else f'global_step{before}'}, trains to global_step{target} "
+        f"(pack end {keys.end})\n  $ {command}",
+        flush=True,
+    )
+    launch = Launch(command, {**os.environ, **keys.environment})
+    forward = {
+        s: signal.signal(s, lambda signum, _: launch.signal(signum, f"signal {signum}"))
+        for s in (signal.SIGTERM, signal.SIGUSR1)
+    }
+    try:
+        rc = launch.run(deadline_of(args.margin_minutes))
+    finally:
+        for s, handler in forward.items():
+            signal.signal(s, handler)
+    wall = time.perf_counter() - wall0
+    after = latest_step(keys.checkpoints)
+    where = f"latest is {'none' if after is None else f'global_step{after}'} of {keys.end}"
+    if rc != 0:
+        raise SegmentError(f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}")
+    if after is None or (after < keys.end and (before is not None and after <= before)):
+        raise SegmentError(f"{keys.pack} segment {args.segment}: no progress ({where}); a retry resumes")
+    if args.segment == args.segments - 1 and after < keys.end:
+        raise SegmentError(
+            f"{keys.pack}: its last segment ({args.segments}) ended before the pack's end ({where}): a retry "
+            "resumes from latest; for good, raise train.spare_segments or train.time_limit_minutes"
+        )
+    first = keys.offset if before is None or before < keys.offset else before
+    return {
+        "pack": keys.pack,
+        "segment": args.segment,
+        "segments": args.segments,
+        "attempt": args.attempt,
+        "first_step": first,
+        "last_step": after,
+        "target_step": target,
+        "end_step": keys.end,
+        "iterations": after - first,
+        "finished": after == keys.end,
+        "checkpoint": f"global_step{after}",
+        "checkpoints": keys.checkpoints,
+        "config": keys.config,
+        **slurm.this_job(),
+        "host": os.uname().nodename,
+        "started": started.isoformat(timespec="seconds"),
+        "wall_seconds": round(wall, 3),
+        "s_per_iter": launch.seconds_per_iter(),
+        "train_loss": launch.losses[-1][1] if launch.losses else None,
+        "valid_loss": launch.valid[-1][1] if launch.valid else None,
+        "losses": launch.losses,
+        "valid_losses": launch.valid,
+        "exit": launch.signalled or ("pack finished" if after == keys.end else "segment boundary"),
+        "config_sha256": sha256(keys.config),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", required=True, help="the pack's keys.json (written with its config)")
+    parser.add_argument("--segment", type=int, required=True, help="this segment's number, from 0")
+    parser.add_argument("--segments", type=int, required=True, help="the pack's segments, spares included")
+    parser.add_argument("--record", required=True, help="the segment record to write (JSON)")
+    parser.add_argument("--launch", required=True, help="the trainer's command; {config} and {pack} filled")
+    parser.add_argument("--margin-minutes", type=float, default=10, help="stop this long before the limit")
+    parser.add_argument("--finetune-from", help="the run's starting checkpoint (train.finetune_from)")
+    parser.add_argument("--attempt", type=int, default=1, help="Snakemake's attempt number (retries)")
+    args = parser.parse_args(argv)
+    record = run_segment(args)
+    write_json(args.record, record)
+    print(
+        f"train-segment: {record['pack']} segment {args.segment + 1}/{args.segments}: global_step"
+        f"{record['first_step']} -> global_step{record['last_step']} ({record['iterations']} iterations, "
+        f"{record['wall_seconds']:.1f} s, {record['s_per_iter'] or '-'} s/iter); exit: {record['exit']}",
+        flush=True,
+    )
+    return 0
