@@ -340,10 +340,20 @@ def get_segment_inputs(wildcards):
 
 
 def get_prune_inputs(wildcards):
-    """Retention runs after the segment and, when checkpoints are evaluated, after the evaluation."""
-    record = f"{TRAIN}/{wildcards.pack}/segments/{wildcards.segment}.json"
-    evaluation = [f"{TRAIN}/{wildcards.pack}/eval/{wildcards.segment}.json"] if evaluates() else []
-    return {"record": record, "evaluation": evaluation}
+    """Retention runs after the segment, after its evaluation, and after the retention of the segment
+    before (so after every earlier evaluation: none of them still loads a checkpoint it may delete)."""
+    pack, k = wildcards.pack, int(wildcards.segment)
+    record = f"{TRAIN}/{pack}/segments/{k}.json"
+    evaluation = [f"{TRAIN}/{pack}/eval/{k}.json"] if evaluates() else []
+    packs = planned_packs()
+    if k:
+        previous = [f"{TRAIN}/{pack}/retention/{k - 1}.json"]
+    elif packs.index(pack):
+        before = packs[packs.index(pack) - 1]
+        previous = [f"{TRAIN}/{before}/retention/{pack_segments(before) - 1}.json"]
+    else:
+        previous = []
+    return {"record": record, "evaluation": evaluation, "previous": previous}
 
 
 def segment_estimate_s(wildcards):

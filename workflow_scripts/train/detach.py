@@ -92,10 +92,12 @@ def chain(
                 cli("train-finished", *records, keys=keys, out=f"{pack_dir}/done.json") if k == n - 1 else "",
             ]  # fmt: skip
             after = " && ".join(step for step in steps if step)
-            units += [
-                segment,
-                Unit(f"{pack}/after/{k}", after, retention, f"{log_dir}/after_{k}.log", [], [segment.name]),
-            ]
+            # after the previous segment's evaluation and retention too: none of them loads what this deletes
+            waits = [units[-1].name] if units else []
+            post = Unit(
+                f"{pack}/after/{k}", after, retention, f"{log_dir}/after_{k}.log", waits, [segment.name]
+            )
+            units += [segment, post]
             previous = [segment.name]
     records = [u.output for u in units if "/segment/" in u.name]
     evals = [f"{train_dir}/{u.name.split('/')[0]}/eval/{u.name.split('/')[2]}.json" for u in units

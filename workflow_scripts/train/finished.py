@@ -7,8 +7,8 @@ Usage (the train_pack rule's command)::
 
 It checks that ``latest`` in the checkpoint folder names exactly the pack's last global step
 (``iteration_offset + train_iters``) and that this checkpoint exists, and writes the pack's summary from
-its segment records: segments, iterations, wall time, the median measured s/iter, the last losses. The
-next pack's first segment waits for this file.
+its segment records: segments, iterations recorded (a failed attempt leaves no record), wall time, the
+median measured s/iter, the last losses. The next pack's first segment waits for this file.
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "checkpoint": f"global_step{keys.end}",
         "segments": len(records),
         "segments_training": len(trained),
-        "iterations": sum(r["iterations"] for r in records),
+        "iterations_recorded": sum(r["iterations"] for r in records),  # a failed attempt's are not
         "wall_seconds": round(sum(r["wall_seconds"] for r in records), 3),
         "s_per_iter": statistics.median(rates) if rates else None,
         "train_loss": trained[-1]["train_loss"] if trained else None,
         "slurm_job_ids": [r["slurm_job_id"] for r in records],
     }
-    if summary["iterations"] != keys.train_iters:
+    if records[-1]["last_step"] != keys.end:
         raise UserError(
-            f"{keys.pack}: its segments record {summary['iterations']} iterations, the pack has "
-            f"{keys.train_iters} (records from another run?)"
+            f"{keys.pack}: its last segment record ends at global_step{records[-1]['last_step']}, the pack "
+            f"at {keys.end} (records from another run?)"
         )
     write_json(args.out, summary)
     print(f"train-finished: {keys.pack} at global_step{keys.end} after {len(records)} segment(s)")

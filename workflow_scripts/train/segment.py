@@ -116,9 +116,10 @@ class Launch:
             os.killpg(self.proc.pid, signum)
 
     def run(self, deadline: float | None) -> int:
+        # The trainer's process group gets the signal; the shell around it waits for the trainer (a trap,
+        # not an ignore: children of a shell get a trapped signal's default back) and exits with its status.
         self.proc = subprocess.Popen(
-            self.command,
-            shell=True,
+            ["bash", "-c", f"trap : USR1 TERM; {self.command}"],
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

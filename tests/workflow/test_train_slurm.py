@@ -1,0 +1,189 @@
+"""Training through the real local Slurm with the reference trainer: the segment chain run by Snakemake's
+Slurm executor (a segment cancelled while it trains, the rerun resuming from `latest`), evaluation per
+checkpoint, retention, status on a running chain, and the detached sbatch chain with its resubmission.
+
+The data (two packs of the sample at scale 0.3: warmup 4 iterations, main 16) is built locally once; the
+training runs through `--profile profiles/slurm-local`. Skips without the test cluster (see test_slurm.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.utils import Workflow, snakemake_env, tail
+from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
+from workflow_scripts.core.fsio import read_json
+
+# exit_interval 12 at a 2 s/iter guess (checkpoint_factor 4): main trains in two segments and one spare
+CONFIG = """
+sample: {scale: 0.3}
+tokenize: {threads: 1}
+datapacks:
+  phases:
+    - {name: warmup, iters: 4, mixture: main}
+    - {name: main, iters: 16, mixture: main}
+train:
+  base_config: config/train/neox-sample.yml
+  nodes: 1
+  gpus_per_node: 1
+  seconds_per_iter: 2
+  checkpoint_hours: 0.0025
+  time_limit_minutes: 0.6
+  startup_minutes: 0.05
+  save_minutes: 0.05
+  spare_segments: 1
+  keep_last: 1
+  segment_retries: 0
+"""
+ARGS = ("--configfile", "config/config.yaml", "train.yaml")
+DETACH = ("--configfile", "config/config.yaml", "train.yaml", "detach.yaml")
+SLURM = ("--profile", "profiles/slurm-local")
+
+
+@pytest.fixture(scope="module")
+def trained_data(tmp_path_factory) -> Workflow:
+    """The workflow with its data built locally (packs, trainer configs), nothing trained."""
+    workflow = Workflow(tmp_path_factory.mktemp("train") / "wf")
+    (workflow.root / "train.yaml").write_text(CONFIG)
+    detached = yaml.safe_load(CONFIG)["train"] | {"detach": True, "eval_launch": None}
+    (workflow.root / "detach.yaml").write_text(yaml.safe_dump({"train": detached}))
+    workflow.ok("--profile", "profiles/local", "--cores", "2", *ARGS, timeout_s=1200)
+    return workflow
+
+
+def snakepack(workflow: Workflow, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts", *args],
+        cwd=workflow.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=snakemake_env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def queued(prefix: str) -> dict[str, dict[str, str]]:
+    """comment -> {id, state} of this user's queued and running jobs whose comment starts with prefix."""
+    out = subprocess.run(["squeue", "--noheader", "--format=%i|%T|%k"], capture_output=True, text=True)
+    jobs = {}
+    for line in out.stdout.splitlines():
+        job, state, comment = line.strip().split("|", 2)
+        if comment.startswith(prefix):
+            jobs[comment] = {"id": job, "state": state}
+    return jobs
+
+
+@pytest.mark.slurm
+def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster, trained_data):  # noqa: F811
+    wf = trained_data
+    root, train = wf.root, wf.root / "results" / "train"
+    dry = wf.ok(*SLURM, "-n", "train", *ARGS)
+    assert "train_segment" in dry and "estimate_s=" in dry and "slurm_partition=debug" in dry
+    assert not (train / "checkpoints").exists()  # a dry run (and the data run) trained nothing
+
+    cmd = [
+        "timeout",
+        "-s",
+        "KILL",
+        str(SNAKEMAKE_TIMEOUT_S),
+        sys.executable,
+        "-m",
+        "snakemake",
+        *SLURM,
+        "train",
+        *ARGS,
+    ]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    first = subprocess.Popen(cmd, cwd=root, env=snakemake_env(), **pipe)
+    log = root / "logs" / "train" / "main_1" / "segment_0.log"
+    wait_for(
+        lambda: log.exists() and "iteration       13/" in log.read_text(), 600, "main_1 segment 0 training"
+    )
+    status = json.loads(snakepack(wf, "status", "--json"))
+    main = next(p for p in status["packs"] if p["pack"] == "main_1")
+    assert main["state"] == "queued/running" and ":RUNNING" in main["slurm"], status
+    assert status["run"]["latest"] is not None
+    job = queued("rule_train_segment_wildcards_main_1_0")["rule_train_segment_wildcards_main_1_0"]["id"]
+    subprocess.run(["scancel", job], check=True)
+    out, _ = first.communicate(timeout=SNAKEMAKE_TIMEOUT_S)
+    assert first.returncode != 0, tail(out)  # the cancelled segment failed the run (segment_retries: 0)
+    assert f"SLURM-job '{job}' failed" in out, tail(out)
+    assert not (train / "main_1" / "segments" / "0.json").exists()
+    stopped_at = int((train / "checkpoints" / "latest").read_text().strip()[len("global_step") :])
+    assert 4 <= stopped_at < 4 + 12
+
+    warmup = [p.stat().st_mtime_ns for p in sorted((train / "warmup_0" / "segments").glob("*.json"))]
+    assert len(warmup) == 2
+    wf.ok(*SLURM, "train", *ARGS, timeout_s=SNAKEMAKE_TIMEOUT_S)
+    assert [p.stat().st_mtime_ns for p in sorted((train / "warmup_0" / "segments").glob("*.json"))] == warmup
+    records = [read_json(train / "main_1" / "segments" / f"{k}.json") for k in range(3)]
+    assert records[0]["first_step"] == stopped_at  # resumed from latest, not from scratch
+    assert [r["last_step"] for r in records] == [16, 20, 20]
+    assert records[2]["iterations"] == 0 and records[2]["exit"] == "pack finished"  # the spare verified
+    assert all(r["slurm_job_id"] and r["slurm_nodelist"] == "localhost" for r in records)
+    assert (train / "checkpoints" / "latest").read_text().strip() == "global_step20"
+    assert read_json(train / "main_1" / "done.json")["last_step"] == 20
+    evals = (train / "evals.csv").read_text().splitlines()
+    assert [line.split(",")[2] for line in evals[1:]] == ["global_step4", "global_step4", "global_step16",
+                                                          "global_step20", "global_step20"]  # fmt: skip
+    assert "no new checkpoint" in evals[2] and "no new checkpoint" in evals[5]
+    # retention (keep_last 1, pack ends protected) never deleted latest nor a pack's end
+    kept = sorted(int(p.name[len("global_step") :]) for p in (train / "checkpoints").glob("global_step*"))
+    assert kept == [4, 20], kept
+    assert 16 in read_json(train / "main_1" / "retention" / "1.json")["deleted"]
+    loss = (train / "loss.csv").read_text().splitlines()
+    assert int(loss[-1].split(",")[0]) == 20 and (train / "loss.png").stat().st_size > 0
+    assert "Nothing to be done" in wf.ok(*SLURM, "-n", "train", *ARGS)
+
+
+@pytest.mark.slurm
+def test_detached_chain_is_submitted_once_and_resubmits_only_what_is_left(slurm_cluster, trained_data):  # noqa: F811
+    wf = trained_data
+    train = wf.root / "results" / "train"
+    for path in [
+        train / "checkpoints",
+        *train.glob("*/segments"),
+        *train.glob("*/eval"),
+        *train.glob("*/retention"),
+    ]:
+        shutil.rmtree(path)
+    for path in [*train.glob("*/done.json"), train / "loss.csv"]:
+        path.unlink()
+    first = wf.ok(*SLURM, "train", *DETACH)
+    assert "11 jobs in the chain: 0 done, 0 still queued or running, 11 submitted" in first, tail(first)
+    ids = read_json(train / "detach" / "chain.json")["jobs"]
+    again = wf.ok(*SLURM, "train", *DETACH)
+    assert "0 submitted" in again and read_json(train / "detach" / "chain.json")["jobs"] == ids, tail(again)
+
+    # cancel the last (pending) segment: it and what waits on it are submitted again, nothing else
+    last = ids["main_1/segment/2"]
+    subprocess.run(["scancel", last], check=True)
+    third = wf.ok(*SLURM, "train", *DETACH)
+    renewed = read_json(train / "detach" / "chain.json")["jobs"]
+    changed = sorted(k for k in ids if renewed[k] != ids[k])
+    assert changed == ["curve", "main_1/after/2", "main_1/segment/2"], (changed, tail(third))
+
+    wait_for(lambda: not queued("snakepack_"), SNAKEMAKE_TIMEOUT_S, "the detached chain to finish")
+    assert (train / "checkpoints" / "latest").read_text().strip() == "global_step20"
+    assert read_json(train / "main_1" / "done.json")["last_step"] == 20
+    assert read_json(train / "stats.json")["last_step"] == 20
+    final = wf.ok(*SLURM, "train", *DETACH)
+    assert "11 jobs in the chain: 11 done, 0 still queued or running, 0 submitted" in final, tail(final)
