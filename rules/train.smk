@@ -70,6 +70,7 @@ rule train_segment:
     retries: config["train"]["segment_retries"]
     resources:
         runtime=math.ceil(config["train"]["time_limit_minutes"]),
+        nodes=config["train"]["nodes"],
         estimate_s=segment_estimate_s,
         attempt=lambda wildcards, attempt: attempt,
     params:

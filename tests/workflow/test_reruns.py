@@ -202,6 +202,13 @@ def test_train_setting_change_rewrites_the_configs_only(clone: Workflow) -> None
     assert config["checkpoint_factor"] == 18
 
 
+def test_train_run_setting_change_reruns_nothing(clone: Workflow) -> None:
+    train = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+    run = {"launch": "srun python -m workflow_scripts train-reference --config {config}", "detach": True}
+    (clone.root / "tr.yaml").write_text(yaml.safe_dump({"train": {**train, **run, "eval_launch": None}}))
+    assert rerun(clone, "tr.yaml") == {}
+
+
 def test_dedup_threshold_change_refilters_only_the_shards_it_changes(clone: Workflow) -> None:
     (clone.root / "dd.yaml").write_text(yaml.safe_dump({"dedup": {"threshold": 0.7}}))
     kinds = rerun(clone, "dd.yaml")

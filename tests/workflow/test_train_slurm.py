@@ -91,6 +91,24 @@ def queued(prefix: str) -> dict[str, dict[str, str]]:
     return jobs
 
 
+def test_lumi_profile_plans_gpu_segments_with_its_resources(trained_data):
+    env = snakemake_env() | {"SNAKEPACK_SLURM_ACCOUNT": "project_465000000"}
+    proc = trained_data.run("--profile", "profiles/lumi", "-n", "train", *ARGS, env=env, timeout_s=300)
+    assert proc.returncode == 0, tail(proc.output)
+    segments = [b for b in proc.output.split("\n\n") if "rule train_segment:" in b]
+    assert len(segments) == 5, tail(proc.output)  # warmup 1 + 1 spare, main 2 + 1 spare
+    for block in segments:
+        for resource in (
+            "slurm_partition=standard-g",
+            "gpu=8",
+            "tasks_per_node=8",
+            "mpi=srun",
+            "nodes=1",
+        ):
+            assert resource in block, block
+        assert "slurm_account=project_465000000" in block and "--signal=USR1@600" in block, block
+
+
 @pytest.mark.slurm
 def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster, trained_data):  # noqa: F811
     wf = trained_data

@@ -139,11 +139,19 @@ class Trainer:
         (the same samples at every evaluation, so that the curve compares like with like)."""
         import torch
 
+        # GPT-NeoX's dataset length (one sample short of its index) can leave a tiny validation blend
+        # fewer samples than eval_iters x batch asks: evaluate the whole batches it has
+        iters = min(self.cfg.eval_iters, len(self.valid) // self.cfg.batch)
+        if not iters:
+            raise ValueError(
+                f"the validation data holds {len(self.valid)} samples, fewer than one batch "
+                f"({self.cfg.batch}): hold out more (datapacks.validation_tokens)"
+            )
         module = self.engine.module
         module.eval()
         losses = []
         with torch.no_grad():
-            for it in range(self.cfg.eval_iters):
+            for it in range(iters):
                 for j in range(self.cfg.accumulation):
                     batch = self.micro_batch(self.valid, it * self.cfg.batch, j)
                     losses.append(float(self.loss(batch).item()))
@@ -152,7 +160,7 @@ class Trainer:
         return {
             "valid_loss": loss,
             "valid_ppl": math.exp(min(20.0, loss)),
-            "samples": self.cfg.eval_iters * self.cfg.batch,
+            "samples": iters * self.cfg.batch,
         }
 
 
