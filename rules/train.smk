@@ -202,4 +202,4 @@ rule status:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts status --train-json {params.train:q} --train-dir {params.train_dir:q}"
-        " --logs-dir {params.logs_dir:q} 2>&1 | tee {log:q}"
+        " --logs-dir {params.logs_dir:q} --suggest 2>&1 | tee {log:q}"

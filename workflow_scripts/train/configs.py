@@ -418,6 +418,7 @@ SUMMARY_COLUMNS = [
     "exit_interval",
     "segments",
     "hours",
+    "seconds_per_iter",
     "data_parallel",
 ]
 
@@ -436,6 +437,7 @@ def summary_row(
         "exit_interval": interval,
         "segments": schedule.segments(iters, interval, train.spare_segments),
         "hours": round(iters * train.seconds_per_iter / 3600, 3),
+        "seconds_per_iter": train.seconds_per_iter,
         "data_parallel": layout["dp"],
     }
 

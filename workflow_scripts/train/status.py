@@ -16,6 +16,7 @@ grown for ``train.stall_minutes`` is flagged STALLED. ``--suggest`` recomputes `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -26,9 +27,9 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train import progress_lines, slurm
+from workflow_scripts.train.configs import cadence_of
 from workflow_scripts.train.segment import latest_step
 from workflow_scripts.train.settings import TrainSettings
 
@@ -108,7 +109,7 @@ def pack_rows(train_dir: str, logs_dir: str, train: TrainSettings) -> tuple[list
                 "segments": f"{len(done)}/{pack['segments']}",
                 "slurm": " ".join(f"{k}:{j['id']}:{j['state']}" for k, j in sorted(active.items())) or "-",
                 "s/iter": measured,
-                "plan s/iter": train.seconds_per_iter,
+                "plan s/iter": pack.get("seconds_per_iter", train.seconds_per_iter),
                 "state": pack_state(
                     Path(train_dir, name, "done.json").exists(), bool(active), reached > start
                 ),
@@ -132,15 +133,7 @@ def suggestions(
     rows: list[dict[str, Any]], train: TrainSettings, rate: float, train_dir: str
 ) -> pd.DataFrame:
     """The cadence of the packs not started yet, at the measured s/iter."""
-    cadence = schedule.Cadence(
-        rate,
-        train.checkpoint_hours,
-        train.time_limit_minutes,
-        train.startup_minutes,
-        train.save_minutes,
-        train.spare_segments,
-        train.checkpoint_rounds,
-    )
+    cadence = dataclasses.replace(cadence_of(train), seconds_per_iter=rate)
     configs = pd.read_csv(Path(train_dir, "configs.csv")).set_index("pack")
     out = []
     for row in rows:
