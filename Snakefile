@@ -34,6 +34,13 @@ if user_configs and not any("train" in c for c in user_configs) and not config.g
 validate(config, "config/schema.yaml")
 
 
+# A site container for every rule, used with `--software-deployment-method apptainer` (config `container`).
+if config["container"]:
+
+    container: config["container"]
+
+
+
 include: "rules/common.smk"
 
 

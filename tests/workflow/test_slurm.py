@@ -187,3 +187,17 @@ def test_lumi_profile_needs_the_account_and_defaults_partitions(workflow):
     ok = workflow.run("--dry-run", "--profile", "profiles/lumi", TARGET, timeout_s=120, env=env)
     assert ok.returncode == 0, tail(ok.output)
     assert "slurm_partition=debug" in ok.output
+
+
+def test_a_site_container_applies_to_every_rule(workflow):
+    """`container` in the config puts every rule in that image under `--sdm apptainer` (LUMI's way)."""
+    plain = workflow.run(TARGET, "--dry-run", "--sdm", "apptainer", timeout_s=120)
+    assert plain.returncode == 0, tail(plain.output)  # no container asked: apptainer is never needed
+    image = "docker://debian:12"
+    boxed = workflow.run(
+        TARGET, "--dry-run", "--sdm", "apptainer", "--config", f"container={image}", timeout_s=120
+    )
+    if shutil.which("apptainer") or shutil.which("singularity"):
+        assert boxed.returncode == 0 and image in boxed.output, tail(boxed.output)
+    else:
+        assert "apptainer or singularity command has to be available" in boxed.output, tail(boxed.output)
