@@ -19,6 +19,7 @@ expanded only for the rule that the job runs (see `expands`).
 """
 
 import functools
+import glob
 import json
 import shlex
 
@@ -279,3 +280,49 @@ def get_merged_packs(wildcards):
 def get_train_configs(wildcards):
     """Every pack's trainer config (none without ``train.base_config``)."""
     return [f"{TRAIN}/{p}/{p}{TRAIN_CONFIG_EXT}" for p in planned_packs()] if config["train"]["base_config"] else []
+
+
+REPORT = f"{OUT}/report"  # the charts of `snakemake --report` (rules/report.smk)
+REPORT_CHARTS = {
+    "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture"]
+    + (["checkpoints"] if config["train"]["base_config"] else []),
+    "data": ["funnel", *(["dedup_clusters", "dedup_removal"] if config["dedup"]["enabled"] else [])]
+    + ["doc_tokens", "quarantine"],
+    "training": ["loss", "speed", "timeline"],
+}
+
+
+def report_captions(section):
+    """The one-line caption file of each chart of a report section."""
+    return [os.path.join(workflow.basedir, "report", section, f"{c}.rst") for c in REPORT_CHARTS[section]]
+
+
+def reported(path, section, caption, labels):
+    """``path``, marked for ``snakemake --report`` once it exists: the report of a partial tree leaves out
+    what has not run yet instead of failing."""
+    if not os.path.exists(path):
+        return path
+    return report(path, caption=caption, category=section.capitalize(), labels=labels)
+
+
+def report_outputs(section):
+    """A report section's named outputs: each chart's PNG and CSV, and the page with all of them."""
+    outputs = {"page": reported(f"{REPORT}/{section}/index.html", section, None, {"chart": "overview", "file": "page"})}
+    for chart in REPORT_CHARTS[section]:
+        caption = f"../report/{section}/{chart}.rst"
+        for ext, kind in ((".png", "chart"), (".csv", "table")):
+            path = f"{REPORT}/{section}/{chart}{ext}"
+            outputs[f"{chart}_{kind}"] = reported(path, section, caption, {"chart": chart, "file": kind})
+    return outputs
+
+
+def training_records():
+    """The records the trainers left under train/ (the training charts are made once there are some)."""
+    patterns = ["*/segments/*.json", "reference/*/loss.csv", "reference/*/eval.jsonl", "reference/*/segments/*.json"]
+    return sorted(p for pattern in patterns for p in glob.glob(os.path.join(glob.escape(TRAIN), pattern)))
+
+
+def report_pages(wildcards=None):
+    """The pages of the report's sections: plan and data, and training once it has records."""
+    sections = ["plan", "data", *(["training"] if training_records() else [])]
+    return [f"{REPORT}/{section}/index.html" for section in sections]

@@ -53,6 +53,7 @@ COMMANDS: dict[str, Command] = {
     "train-summary": _c(
         "train.configs", "the packs' training table (iterations, cadence, segments)", "summary_main"
     ),
+    "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
     "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
     "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
     "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),
