@@ -294,7 +294,8 @@ REPORT_CHARTS = {
 
 def report_captions(section):
     """The one-line caption file of each chart of a report section."""
-    return [os.path.join(workflow.basedir, "report", section, f"{c}.rst") for c in REPORT_CHARTS[section]]
+    folder = os.path.relpath(os.path.join(workflow.basedir, "report", section))  # a moved tree reruns nothing
+    return [os.path.join(folder, f"{c}.rst") for c in REPORT_CHARTS[section]]
 
 
 def reported(path, section, caption, labels):
