@@ -64,7 +64,7 @@ def funnel_rows(
 
 def funnel(table: pd.DataFrame) -> Chart:
     """Documents kept and dropped at each stage; raw bytes, kept bytes, tokens and pack tokens."""
-    fig, (left, right) = figure(11, 4, ncols=2)
+    fig, (left, right) = figure(12, 4, ncols=2)
     stages = table[table["stage"] != "packs"]
     y = np.arange(len(stages))[::-1]
     left.barh(y, stages["docs_out"], color="#2a6", label="kept")
@@ -79,8 +79,9 @@ def funnel(table: pd.DataFrame) -> Chart:
     left.set_xlabel("documents")
     left.legend(loc="lower right")
     flows = {
-        "raw bytes": _first(table, "ingest", "bytes_in"),
-        "deduplicated bytes": _first(table, "dedup", "bytes_out"),
+        "raw file bytes": _first(table, "ingest", "bytes_in"),
+        "shard bytes": _first(table, "dedup", "bytes_in"),
+        "kept bytes": _first(table, "dedup", "bytes_out"),
         "tokens": _first(table, "tokenize", "tokens"),
         "pack tokens": _first(table, "packs", "tokens"),
     }
@@ -89,6 +90,7 @@ def funnel(table: pd.DataFrame) -> Chart:
     for x, value in enumerate(flows.values()):
         right.text(x, value, f"{value:,}", ha="center", va="bottom", fontsize=7)
     right.set_yscale("log")
+    right.tick_params(axis="x", labelsize=7)
     right.set_title("bytes -> tokens (packs may repeat a source)")
     return Chart("funnel", "Funnel: documents and bytes from the raw files to the packs", fig, table)
 

@@ -134,9 +134,12 @@ def loss_chart(curve: pd.DataFrame, segs: pd.DataFrame, offsets: dict[str, int])
         for kind, loss in (("train", r.train_loss), ("validation", r.valid_loss))
         if loss is not None and not pd.isna(loss)
     ]
+    labelled = set()
     for point in points:
         marker = "s" if point["kind"] == "segment train" else "D"
-        ax.plot(point["iteration"], point["loss"], marker, ms=5, color=palette[point["pack"]])
+        label = None if point["kind"] in labelled else point["kind"]
+        labelled.add(point["kind"])
+        ax.plot(point["iteration"], point["loss"], marker, ms=5, color=palette[point["pack"]], label=label)
     for offset in sorted(set(offsets.values()) - {0}):
         ax.axvline(offset, color="#999", ls=":", lw=1)
     ax.set_xlabel("global iteration")
@@ -153,7 +156,9 @@ def speed_chart(segs: pd.DataFrame, guess: float | None) -> Chart:
     table["planned_s_per_iter"] = guess
     fig, (ax,) = figure(10, 4)
     x = np.arange(len(table))
-    ax.bar(x, table["s_per_iter"].astype(float), color=colors(1))
+    packs = list(dict.fromkeys(table["pack"]))
+    palette = dict(zip(packs, colors(len(packs)), strict=True))
+    ax.bar(x, table["s_per_iter"].astype(float), color=table["pack"].map(palette))
     if guess is not None:
         ax.axhline(guess, color="#d43", ls="--", label=f"plan: {guess:g} s/iter")
         ax.legend()
@@ -166,7 +171,6 @@ def speed_chart(segs: pd.DataFrame, guess: float | None) -> Chart:
         fontsize=7,
     )
     ax.set_ylabel("seconds per iteration")
-    ax.set_yscale("log")
     return Chart("speed", TITLES["speed"], fig, table)
 
 
@@ -185,7 +189,7 @@ def timeline_chart(segs: pd.DataFrame) -> Chart:
         ax.barh(y[row.pack], width, left=start, color=color, edgecolor="white")
         job = row.slurm_job_id if row.slurm_job_id is not None and not pd.isna(row.slurm_job_id) else "local"
         label = f"{job}" + (f" ({row.retries} retries)" if row.retries else "")
-        ax.text(start + width / 2, y[row.pack], label, ha="center", va="center", fontsize=6, rotation=90)
+        ax.text(start + width / 2, y[row.pack], label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(list(y.values()), list(y))
     ax.set_xlabel("wall hours (segments one after another; red: retried)")
     return Chart("timeline", TITLES["timeline"], fig, table)
