@@ -19,7 +19,6 @@ expanded only for the rule that the job runs (see `expands`).
 """
 
 import functools
-import glob
 import json
 import shlex
 
@@ -33,6 +32,7 @@ from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
 from workflow_scripts.ingest.sample import plan as sample_plan
 from workflow_scripts.ingest.sources import resolve_groups
+from workflow_scripts.report.records import training_files
 from workflow_scripts.tokens.settings import TokenizeOptions
 from workflow_scripts.tokens.sources import resolve_imports
 from workflow_scripts.tokens.settings import TokenizerOptions
@@ -319,8 +319,7 @@ def report_outputs(section):
 
 def training_records():
     """The records the trainers left under train/ (the training charts are made once there are some)."""
-    patterns = ["*/segments/*.json", "reference/*/loss.csv", "reference/*/eval.jsonl", "reference/*/segments/*.json"]
-    return sorted(p for pattern in patterns for p in glob.glob(os.path.join(glob.escape(TRAIN), pattern)))
+    return training_files(TRAIN)
 
 
 def report_pages(wildcards=None):

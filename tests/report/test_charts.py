@@ -4,6 +4,8 @@ stage outputs, the bytes are stable, and what has not run is absent without an e
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -11,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.report.conftest import RUN, write_training_records
-from tests.utils import Workflow
+from tests.utils import REPO, Workflow
 from workflow_scripts.cli import main as snakepack
 
 CHARTS = {
@@ -123,3 +125,10 @@ def test_a_partial_tree_reports_what_exists(workflow: Workflow) -> None:
     workflow.ok("--report", "partial.html")
     assert not (workflow.root / "results" / "report").exists()
     assert "report_plan" in workflow.ok(*RUN, "-n")
+
+
+def test_the_snakefile_imports_nothing_heavy() -> None:
+    """The rules list the training records with a standard-library module: no matplotlib or pandas."""
+    code = "import sys, workflow_scripts.report.records; print({'matplotlib', 'pandas'} & set(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "set()"

@@ -61,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         from workflow_scripts.report import training
+        from workflow_scripts.report.records import training_files
 
-        files = training.training_files(args.train_dir)
+        files = training_files(args.train_dir)
         made = training.charts(files, read_json(args.plan) if args.plan else None, args.seconds_per_iter)
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")

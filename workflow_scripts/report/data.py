@@ -177,7 +177,9 @@ def tokens_per_document(signature: dict[str, Any]) -> Chart:
     return Chart("doc_tokens", "Tokens per document, per language", fig, table)
 
 
-def quarantine_records(shards_dir: str | None, tokenized_dir: str | None, tokenize: dict | None) -> list:
+def quarantine_records(
+    shards_dir: str | None, tokenized_dir: str | None, tokenize: dict[str, Any] | None
+) -> list[tuple[str, str, str]]:
     """(stage, reason, example) of every quarantined record, ingest's and tokenize's (only the prefixes
     whose stats reject something are read)."""
     found = []

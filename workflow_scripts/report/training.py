@@ -10,7 +10,6 @@ valid_loss, exit, retries) and the reference trainer's ``reference/{pack}/loss.c
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from typing import Any
@@ -37,18 +36,6 @@ SEGMENT_COLUMNS = [
     "exit",
     "retries",
 ]
-
-
-def training_files(train_dir: str) -> list[str]:
-    """Every training record under ``train_dir`` (the report rule's inputs), sorted."""
-    root = glob.escape(train_dir)
-    patterns = [
-        "*/segments/*.json",
-        "reference/*/loss.csv",
-        "reference/*/eval.jsonl",
-        "reference/*/segments/*.json",
-    ]
-    return sorted(p for pattern in patterns for p in glob.glob(os.path.join(root, pattern)))
 
 
 def segments(paths: list[str]) -> pd.DataFrame:
