@@ -53,8 +53,12 @@ def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="session")
 def trained(sample_run: Workflow, tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    """A copy of the finished sample after training records appeared, rerun (it draws the training charts)."""
+    """A copy of the finished sample after training records appeared, rerun (it draws the training charts).
+
+    The copy is brought up to date first: another test may have rerun the sample with a config of its own.
+    """
     wf = sample_run.clone(tmp_path_factory.mktemp("trained") / "wf")
+    wf.ok(*RUN)
     plan = orjson.loads((wf.root / "results" / "plan.json").read_bytes())
     write_training_records(wf.root / "results" / "train", plan)
     planned = wf.ok(*RUN, "-n")
