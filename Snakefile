@@ -55,6 +55,7 @@ include: "rules/dedup.smk"
 include: "rules/tokenize.smk"
 include: "rules/datapacks.smk"
 include: "rules/train.smk"
+include: "rules/report.smk"
 
 
 # Small bookkeeping steps (`localrule: True` in their rules) run where Snakemake runs, not as cluster jobs.
@@ -70,3 +71,4 @@ rule all:
         f"{OUT}/plan.md",
         get_merged_packs,
         f"{TRAIN}/configs.md" if config["train"]["base_config"] else [],
+        report_pages,  # the charts of `snakemake --report report.html` (seconds)

@@ -33,6 +33,7 @@ from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.ingest.sample import NAME_REGEX as SAMPLE_NAME_REGEX
 from workflow_scripts.ingest.sample import plan as sample_plan
 from workflow_scripts.ingest.sources import resolve_groups
+from workflow_scripts.report.records import training_files
 from workflow_scripts.tokens.settings import TokenizeOptions
 from workflow_scripts.tokens.sources import resolve_imports
 from workflow_scripts.tokens.settings import TokenizerOptions
@@ -405,3 +406,56 @@ def get_detach_inputs(wildcards):
     for pack in packs:
         pack_segments(pack)  # waits for the train_config checkpoint
     return [pack_keys_file(p) for p in packs]
+
+
+REPORT = f"{OUT}/report"  # the charts of `snakemake --report` (rules/report.smk)
+REPORT_CHARTS = {
+    "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture"]
+    + (["checkpoints"] if config["train"]["base_config"] else []),
+    "data": ["funnel", *(["dedup_clusters", "dedup_removal"] if config["dedup"]["enabled"] else [])]
+    + ["doc_tokens", "quarantine"],
+    "training": ["loss", "speed", "timeline"],
+}
+
+
+def report_captions(section):
+    """The one-line caption file of each chart of a report section."""
+    folder = os.path.relpath(os.path.join(workflow.basedir, "report", section))  # a moved tree reruns nothing
+    return [os.path.join(folder, f"{c}.rst") for c in REPORT_CHARTS[section]]
+
+
+def reported(path, section, caption, labels):
+    """``path``, marked for ``snakemake --report`` once it exists: the report of a partial tree leaves out
+    what has not run yet instead of failing."""
+    if not os.path.exists(path):
+        return path
+    return report(path, caption=caption, category=section.capitalize(), labels=labels)
+
+
+def report_outputs(section):
+    """A report section's named outputs: each chart's PNG and CSV, and the page with all of them."""
+    outputs = {"page": reported(f"{REPORT}/{section}/index.html", section, None, {"chart": "overview", "file": "page"})}
+    for chart in REPORT_CHARTS[section]:
+        caption = f"../report/{section}/{chart}.rst"
+        for ext, kind in ((".png", "chart"), (".csv", "table")):
+            path = f"{REPORT}/{section}/{chart}{ext}"
+            outputs[f"{chart}_{kind}"] = reported(path, section, caption, {"chart": chart, "file": kind})
+    return outputs
+
+
+def training_records():
+    """The records the trainers left under train/ (the training charts are made once there are some)."""
+    return training_files(TRAIN)
+
+
+def training_stamps():
+    """Each training record with its modification time: the training charts' parameter, so that a new or
+    rewritten record redraws them. Not inputs: as inputs, the records would put their training jobs into
+    every DAG that makes the report (a changed segment rule would submit GPU jobs from `snakemake`)."""
+    return " ".join(f"{p}@{os.stat(p).st_mtime_ns}" for p in training_records())
+
+
+def report_pages(wildcards=None):
+    """The pages of the report's sections: plan and data, and training once it has records."""
+    sections = ["plan", "data", *(["training"] if training_records() else [])]
+    return [f"{REPORT}/{section}/index.html" for section in sections]

@@ -13,3 +13,12 @@ from tests.utils import Workflow
 def workflow(tmp_path: Path) -> Workflow:
     """A fresh copy of the workflow in a temporary directory."""
     return Workflow(tmp_path / "wf")
+
+
+@pytest.fixture(scope="session")
+def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+    """The main job (`snakemake --profile profiles/local`) on the embedded sample, run once per session
+    (tests/workflow, tests/report)."""
+    wf = Workflow(tmp_path_factory.mktemp("sample") / "wf")
+    wf.ok("--profile", "profiles/local", "--cores", "2")
+    return wf

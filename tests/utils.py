@@ -19,7 +19,7 @@ import zstandard
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
 
 REPO = Path(__file__).resolve().parents[1]
-WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
+WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]
 
 
 def snakemake_env() -> dict[str, str]:

@@ -60,6 +60,7 @@ COMMANDS: dict[str, Command] = {
     "train-curve": _c("train.curve", "the run's loss curve and its segment and evaluation tables"),
     "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
+    "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
     "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
     "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
     "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),

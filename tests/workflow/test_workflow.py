@@ -20,14 +20,6 @@ from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
 
 
-@pytest.fixture(scope="module")
-def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    """The main job (`snakemake --profile profiles/local`) on the embedded sample, run once here."""
-    wf = Workflow(tmp_path_factory.mktemp("sample") / "wf")
-    wf.ok("--profile", "profiles/local", "--cores", "2")
-    return wf
-
-
 def jsonl(path: Path) -> list[dict]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
 

@@ -1,0 +1,89 @@
+"""The report: `snakemake --report report.html` shows the charts of the plan, the data and, once trained, the
+training. Reads ``plan.json``, ``mixtures/``, ``train/configs.csv``, the stages' ``stats.json``, the dedup
+report, the data signature (and the indexes it names) and the trainers' records under ``train/``; writes per
+section ``report/{section}/{chart}.png/.csv`` and ``index.html`` (a page with every chart and table).
+"""
+
+
+report: "../report/workflow.rst"
+
+
+rule report_plan:
+    input:
+        plan=f"{OUT}/plan.json",
+        mixtures=expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
+        configs=f"{TRAIN}/configs.csv" if config["train"]["base_config"] else [],
+        captions=report_captions("plan"),
+    output:
+        **report_outputs("plan"),
+    log:
+        f"{LOGS}/report/plan.log",
+    localrule: True
+    params:
+        out_dir=lambda wildcards, output: os.path.dirname(output.page),
+        configs=lambda wildcards, input: f"--configs {shlex.quote(input.configs)}" if input.configs else "",
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m workflow_scripts report plan --plan {input.plan:q} --mixtures {input.mixtures:q} {params.configs}"
+        " --captions {input.captions:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule report_data:
+    input:
+        ingest=f"{SHARDS}/stats.json",
+        dedup=f"{DEDUP}/stats.json" if config["dedup"]["enabled"] else [],
+        dedup_report=f"{DEDUP}/report.json" if config["dedup"]["enabled"] else [],
+        tokenize=f"{TOK}/stats.json",
+        signature=f"{TOK}/signature.json",
+        plan=f"{OUT}/plan.json",
+        captions=report_captions("data"),
+    output:
+        **report_outputs("data"),
+    log:
+        f"{LOGS}/report/data.log",
+    localrule: True
+    params:
+        out_dir=lambda wildcards, output: os.path.dirname(output.page),
+        dedup=lambda wildcards, input: (
+            f"--dedup {shlex.quote(input.dedup)} --dedup-report {shlex.quote(input.dedup_report)}"
+            if input.dedup
+            else ""
+        ),
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m workflow_scripts report data --ingest {input.ingest:q} {params.dedup}"
+        " --tokenize {input.tokenize:q} --signature {input.signature:q} --plan {input.plan:q}"
+        " --captions {input.captions:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+# Made once the trainers left records (segments, loss curves): a new or rewritten record redraws the charts
+# (their names and times are a parameter, not inputs: the report never schedules training).
+rule report_training:
+    input:
+        plan=f"{OUT}/plan.json",
+        captions=report_captions("training"),
+    output:
+        **report_outputs("training"),
+    log:
+        f"{LOGS}/report/training.log",
+    localrule: True
+    params:
+        out_dir=lambda wildcards, output: os.path.dirname(output.page),
+        train_dir=lambda wildcards: TRAIN,
+        records=training_stamps(),
+        seconds_per_iter=config["train"]["seconds_per_iter"],
+    conda:
+        "../envs/report.yaml"
+    shell:
+        "python -m workflow_scripts report training --train-dir {params.train_dir:q} --plan {input.plan:q}"
+        " --seconds-per-iter {params.seconds_per_iter} --captions {input.captions:q} --out-dir {params.out_dir:q}"
+        " > {log:q} 2>&1"
+
+
+# `snakemake report`: everything the report shows, then `snakemake --report report.html`.
+rule report:
+    localrule: True
+    input:
+        report_pages,

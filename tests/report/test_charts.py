@@ -1,0 +1,134 @@
+"""The report's sections on the sample: every chart and table is written, the tables hold the numbers of the
+stage outputs, the bytes are stable, and what has not run is absent without an error."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pandas as pd
+import pytest
+
+from tests.report.conftest import RUN, write_training_records
+from tests.utils import REPO, Workflow
+from workflow_scripts.cli import main as snakepack
+
+CHARTS = {
+    "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture", "checkpoints"],
+    "data": ["funnel", "dedup_clusters", "dedup_removal", "doc_tokens", "quarantine"],
+    "training": ["loss", "speed", "timeline"],
+}
+
+
+def read_json(path: Path) -> dict:
+    return orjson.loads(path.read_bytes())
+
+
+def test_every_section_writes_its_charts_tables_and_page(trained: Workflow) -> None:
+    report = trained.root / "results" / "report"
+    for section, charts in CHARTS.items():
+        for chart in charts:
+            assert (report / section / f"{chart}.png").read_bytes().startswith(b"\x89PNG"), (section, chart)
+            assert (report / section / f"{chart}.csv").stat().st_size > 0, (section, chart)
+        page = (report / section / "index.html").read_text()
+        assert all(f'id="chart-{chart}"' in page for chart in charts), section
+
+
+def test_plan_tables_hold_the_plan(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    plan = read_json(results / "plan.json")
+    schedule = pd.read_csv(results / "report" / "plan" / "schedule.csv")
+    keys = ["name", "phase", "tokens", "train_iters", "iteration_offset", "trained_tokens", "wall_hours"]
+    assert schedule.rename(columns={"pack": "name"}).to_dict("records") == [
+        {k: p[k] for k in keys} for p in plan["packs"]
+    ]
+    by_lang = pd.read_csv(results / "report" / "plan" / "tokens_by_language.csv").set_index("pack")
+    assert by_lang.sum(axis=1).to_dict() == {p["name"]: p["tokens"] for p in plan["packs"]}
+    epochs = pd.read_csv(results / "report" / "plan" / "epochs.csv").set_index("source")
+    final = epochs[plan["packs"][-1]["phase"]].to_dict()
+    assert final == pytest.approx(plan["final_epochs"])
+    assert set(epochs.index[epochs["read_again"]]) == {s for s, e in plan["final_epochs"].items() if e > 1}
+
+
+def test_data_tables_add_up(sample_run: Workflow) -> None:
+    results = sample_run.root / "results"
+    funnel = pd.read_csv(results / "report" / "data" / "funnel.csv").set_index("stage")
+    for stage, path in (("ingest", "shards"), ("dedup", "dedup"), ("tokenize", "tokenized")):
+        stats = read_json(results / path / "stats.json")
+        assert (funnel.loc[stage, "docs_in"], funnel.loc[stage, "docs_out"]) == (
+            stats["docs_in"],
+            stats["docs_out"],
+        )
+    assert funnel["adds_up"].dropna().astype(bool).all()
+    plan = read_json(results / "plan.json")
+    assert funnel.loc["packs", "tokens"] == sum(p["tokens"] for p in plan["packs"])
+    signature = read_json(results / "tokenized" / "signature.json")
+    lengths = pd.read_csv(results / "report" / "data" / "doc_tokens.csv")
+    assert lengths["documents"].sum() == sum(p["documents"] for p in signature["prefixes"])
+    manifest = read_json(results / "sample" / "manifest.json")
+    with open(results / "report" / "data" / "quarantine.csv") as f:
+        quarantined = {(r["reason"], r["example"]) for r in csv.DictReader(f)}
+    bad = [(b["reason"], f"{b['file']}:{b['line']}") for b in manifest["bad_records"]]
+    assert quarantined <= set(bad) and {r for r, _ in quarantined} == {r for r, _ in bad}
+
+
+def test_charts_are_byte_stable(sample_run: Workflow, tmp_path: Path) -> None:
+    results = sample_run.root / "results"
+    args = [
+        "report",
+        "plan",
+        "--plan",
+        str(results / "plan.json"),
+        "--configs",
+        str(results / "train/configs.csv"),
+    ]
+    args += ["--mixtures", *map(str, sorted((results / "mixtures").glob("*.json")))]
+    captions = sorted(map(str, (sample_run.root / "report" / "plan").glob("*.rst")))
+    for out in ("a", "b"):
+        assert snakepack([*args, "--captions", *captions, "--out-dir", str(tmp_path / out)]) == 0
+    for path in sorted((results / "report" / "plan").iterdir()):
+        assert (tmp_path / "a" / path.name).read_bytes() == path.read_bytes(), path.name
+        assert (tmp_path / "b" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_training_charts_read_the_records(sample_run: Workflow, tmp_path: Path) -> None:
+    plan_path = sample_run.root / "results" / "plan.json"
+    plan = read_json(plan_path)
+    args = ["report", "training", "--plan", str(plan_path), "--seconds-per-iter", "2"]
+    assert (
+        snakepack([*args, "--train-dir", str(tmp_path / "none"), "--out-dir", str(tmp_path / "empty")]) == 0
+    )
+    assert all((tmp_path / "empty" / f"{c}.png").is_file() for c in CHARTS["training"])
+    assert all(not (tmp_path / "empty" / f"{c}.csv").read_text().strip(' "\n') for c in CHARTS["training"])
+    write_training_records(tmp_path / "train", plan)
+    assert snakepack([*args, "--train-dir", str(tmp_path / "train"), "--out-dir", str(tmp_path / "out")]) == 0
+    speed = pd.read_csv(tmp_path / "out" / "speed.csv")
+    assert speed["s_per_iter"].tolist() == [1.5, 1.75, 2.0] and set(speed["planned_s_per_iter"]) == {2.0}
+    timeline = pd.read_csv(tmp_path / "out" / "timeline.csv")
+    assert timeline["slurm_job_id"].tolist() == [1001, 1002, 1004]
+    assert timeline["retries"].tolist() == [0, 0, 1]
+    assert timeline["start_hours"].tolist() == pytest.approx([0, 600 / 3600, 1260 / 3600], abs=1e-6)
+    loss = pd.read_csv(tmp_path / "out" / "loss.csv")
+    first = plan["packs"][0]
+    assert len(loss[loss["kind"] == "train"]) == first["train_iters"]
+    assert loss[loss["kind"] == "validation"]["loss"].tolist() == [8.5]
+    assert loss[loss["kind"] == "segment train"]["loss"].tolist() == [7.0, 6.0, 5.0]
+
+
+def test_a_partial_tree_reports_what_exists(workflow: Workflow) -> None:
+    """Nothing ran: the report is made, without charts; after the ingest, still without an error."""
+    workflow.ok("--report", "empty.html")
+    workflow.ok(*RUN, "--until", "ingest_stats")
+    workflow.ok("--report", "partial.html")
+    assert not (workflow.root / "results" / "report").exists()
+    assert "report_plan" in workflow.ok(*RUN, "-n")
+
+
+def test_the_snakefile_imports_nothing_heavy() -> None:
+    """The rules list the training records with a standard-library module: no matplotlib or pandas."""
+    code = "import sys, workflow_scripts.report.records; print({'matplotlib', 'pandas'} & set(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "set()"

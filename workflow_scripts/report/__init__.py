@@ -1,0 +1,6 @@
+"""The HTML report's charts (``snakemake --report report.html``): one section each for the plan, the data and
+the training, each a set of matplotlib charts with the tables behind them and a self-contained page.
+
+Reads any stage's outputs, never writes them; what has not run yet is simply absent. matplotlib is imported
+only by the report jobs (``snakepack report``), never while the Snakefile is parsed.
+"""

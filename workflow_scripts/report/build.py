@@ -1,0 +1,70 @@
+"""``snakepack report SECTION``: one section of the HTML report (plan, data or training) as charts (PNG),
+their tables (CSV) and a self-contained page (``index.html``) in ``--out-dir``.
+
+Usage::
+
+    snakepack report plan --plan plan.json --mixtures mixtures/*.json [--configs train/configs.csv] \\
+        --captions report/plan/*.rst --out-dir results/report/plan
+    snakepack report data --ingest shards/stats.json [--dedup dedup/stats.json --dedup-report R] \\
+        --tokenize tokenized/stats.json --signature tokenized/signature.json --plan plan.json ...
+    snakepack report training --train-dir results/train [--plan plan.json] [--seconds-per-iter S] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from workflow_scripts.core.fsio import read_json
+
+TITLES = {"plan": "Plan", "data": "Data", "training": "Training"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="One section of the HTML report: charts, tables, a page.")
+    sections = parser.add_subparsers(dest="section", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out-dir", required=True, help="where the charts, tables and index.html go")
+    common.add_argument("--captions", nargs="*", default=[], help="one-line caption files, {chart}.rst")
+    plan = sections.add_parser("plan", parents=[common], help="tokens, epochs, mixture shares, schedule")
+    plan.add_argument("--plan", required=True)
+    plan.add_argument("--mixtures", nargs="*", default=[], help="mixtures/{name}.json")
+    plan.add_argument("--configs", help="train/configs.csv (the checkpoint chart)")
+    data = sections.add_parser("data", parents=[common], help="funnel, dedup, document lengths, quarantine")
+    for stage in ("ingest", "dedup", "dedup-report", "tokenize", "signature", "plan"):
+        data.add_argument(f"--{stage}", help=f"the {stage} JSON (left out: its charts are left out)")
+    training = sections.add_parser("training", parents=[common], help="loss, s/iter, segment timeline")
+    training.add_argument("--train-dir", required=True, help="the train stage's folder")
+    training.add_argument("--plan")
+    training.add_argument("--seconds-per-iter", type=float, help="the plan's s/iter guess")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from workflow_scripts.report import charts
+
+    if args.section == "plan":
+        import pandas as pd
+
+        from workflow_scripts.report import plan
+
+        mixtures = {os.path.basename(m).removesuffix(".json"): read_json(m) for m in args.mixtures}
+        configs = pd.read_csv(args.configs) if args.configs else None
+        made = plan.charts(read_json(args.plan), mixtures, configs)
+    elif args.section == "data":
+        from workflow_scripts.report import data
+
+        made = data.charts(
+            args.ingest, args.dedup, args.dedup_report, args.tokenize, args.signature, args.plan
+        )
+    else:
+        from workflow_scripts.report import training
+        from workflow_scripts.report.records import training_files
+
+        files = training_files(args.train_dir)
+        made = training.charts(files, read_json(args.plan) if args.plan else None, args.seconds_per_iter)
+    charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
+    print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")
+    return 0

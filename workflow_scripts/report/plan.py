@@ -1,0 +1,178 @@
+"""The plan section: tokens per pack by language and domain, epochs read per source and phase, the
+mixtures' target shares against what the packs got, the iteration schedule, and the checkpoint disk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.report.charts import Chart, colors, figure
+
+
+def slices(plan: dict[str, Any]) -> pd.DataFrame:
+    """One row per slice of every pack (pack, phase, mixture, source, language, domain, tokens)."""
+    return pd.DataFrame(
+        [
+            {
+                "pack": p["name"],
+                "phase": p["phase"],
+                "mixture": p["mixture"],
+                "source": s["source"],
+                "lang": s["lang"],
+                "domain": f"{s['lang']}/{s['domain']}",
+                "tokens": s["tokens"],
+            }
+            for p in plan["packs"]
+            for s in p["slices"]
+        ]
+    )
+
+
+def stacked_tokens(plan: dict[str, Any], key: str) -> Chart:
+    """Tokens per pack (x: pack and phase), stacked by ``key`` (lang or domain)."""
+    table = slices(plan).pivot_table(index="pack", columns=key, values="tokens", aggfunc="sum", sort=False)
+    table = table.fillna(0).astype(int)
+    fig, (ax,) = figure()
+    bottom = np.zeros(len(table))
+    labels = [f"{p['name']}\n({p['phase']})" for p in plan["packs"]]
+    for column, color in zip(table.columns, colors(len(table.columns)), strict=True):
+        ax.bar(labels, table[column], bottom=bottom, label=column, color=color)
+        bottom += table[column].to_numpy()
+    ax.set_ylabel("tokens")
+    ax.legend(
+        fontsize=7, ncols=2 if len(table.columns) > 8 else 1, bbox_to_anchor=(1.01, 1), loc="upper left"
+    )
+    table = table.reset_index()
+    table.columns.name = None
+    title = "language" if key == "lang" else "domain"
+    return Chart(f"tokens_by_{title}", f"Tokens per pack, by {title}", fig, table)
+
+
+def epochs(plan: dict[str, Any]) -> Chart:
+    """Epochs read of every source after each phase (cumulative); above 1 a source is read again (red)."""
+    rows = []
+    cumulative: dict[str, float] = {}
+    phases = list(dict.fromkeys(p["phase"] for p in plan["packs"]))
+    for phase in phases:
+        for pack in (p for p in plan["packs"] if p["phase"] == phase):
+            for s in pack["slices"]:
+                cumulative[s["source"]] = s["epochs_after"]
+        rows += [{"source": src, "phase": phase, "epochs": e} for src, e in sorted(cumulative.items())]
+    table = pd.DataFrame(rows).pivot(index="source", columns="phase", values="epochs")[phases].fillna(0.0)
+    fig, (ax,) = figure(9, max(3.0, 0.28 * len(table) + 1.2))
+    values = table.to_numpy()
+    rgb = np.where(values[..., None] > 1, [0.86, 0.24, 0.2], [0.35, 0.55, 0.8])
+    alpha = np.clip(values / max(values.max(), 1), 0.15, 1)[..., None]
+    ax.imshow(np.concatenate([rgb, alpha], axis=-1), aspect="auto")
+    ax.set_xticks(range(len(phases)), phases)
+    ax.set_yticks(range(len(table)), table.index, fontsize=7)
+    ax.grid(False)
+    for (i, j), value in np.ndenumerate(values):
+        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_title("epochs read after each phase (red: more than one)")
+    table = table.reset_index()
+    table.columns.name = None
+    table["read_again"] = values.max(axis=1) > 1
+    return Chart("epochs", "Epochs read of each source, per phase", fig, table)
+
+
+def mixture_shares(plan: dict[str, Any], mixtures: dict[str, dict[str, Any]]) -> Chart:
+    """Each mixture's target share per language and domain against the share its packs really got."""
+    got = slices(plan).groupby(["mixture", "domain"])["tokens"].sum()
+    rows = []
+    for name in sorted(set(got.index.get_level_values(0))):
+        total = got[name].sum()
+        targets = mixtures.get(name, {}).get("by_domain", {})
+        for domain in sorted(set(targets) | set(got[name].index)):
+            rows.append(
+                {
+                    "mixture": name,
+                    "domain": domain,
+                    "target": round(targets.get(domain, 0.0), 6),
+                    "actual": round(float(got[name].get(domain, 0)) / total, 6),
+                }
+            )
+    table = pd.DataFrame(rows)
+    table["difference"] = (table["actual"] - table["target"]).round(6)
+    fig, (ax,) = figure(10, 4.5)
+    x = np.arange(len(table))
+    ax.bar(x - 0.2, table["target"], 0.4, label="target", color="#9ab")
+    ax.bar(x + 0.2, table["actual"], 0.4, label="packs", color="#2a6")
+    ax.set_xticks(
+        x, [f"{m}\n{d}" for m, d in zip(table["mixture"], table["domain"], strict=True)], fontsize=7
+    )
+    ax.tick_params(axis="x", rotation=90)
+    ax.set_ylabel("share of the mixture's tokens")
+    ax.legend()
+    return Chart("mixture", "Mixture: target shares against what the packs got", fig, table)
+
+
+def schedule(plan: dict[str, Any]) -> Chart:
+    """Each pack's global iterations (offset to offset + train_iters), with its estimated wall time."""
+    table = pd.DataFrame(
+        [
+            {
+                "pack": p["name"],
+                "phase": p["phase"],
+                "tokens": p["tokens"],
+                "train_iters": p["train_iters"],
+                "iteration_offset": p["iteration_offset"],
+                "trained_tokens": p["trained_tokens"],
+                "wall_hours": p["wall_hours"],
+            }
+            for p in plan["packs"]
+        ]
+    )
+    fig, (ax,) = figure(9, max(2.5, 0.4 * len(table) + 1))
+    phases = list(dict.fromkeys(table["phase"]))
+    palette = dict(zip(phases, colors(len(phases)), strict=True))
+    y = np.arange(len(table))[::-1]
+    ax.barh(y, table["train_iters"], left=table["iteration_offset"], color=table["phase"].map(palette))
+    for yi, row in zip(y, table.itertuples(), strict=True):
+        label = f" {row.train_iters:,} iters, {row.wall_hours:.3g} h"
+        ax.text(row.iteration_offset + row.train_iters, yi, label, va="center", fontsize=7)
+    ax.set_yticks(y, table["pack"])
+    ax.set_xlabel("global iteration")
+    ax.set_xlim(0, (table["iteration_offset"] + table["train_iters"]).max() * 1.3 or 1)
+    ax.set_title(f"total train_iters {plan['total_train_iters']:,}; {plan['tokens_per_iter']:,} tokens/iter")
+    return Chart("schedule", "train_iters, offsets and estimated wall time", fig, table)
+
+
+def checkpoints(plan: dict[str, Any], configs: pd.DataFrame) -> Chart:
+    """Per pack: Slurm segments and hours at the s/iter guess; the run's checkpoint disk against its quota."""
+    disk = plan.get("checkpoint_disk") or {}
+    fig, (ax, right) = figure(10, 4, ncols=2)
+    ax.bar(configs["pack"], configs["hours"], color="#58a")
+    for x, row in enumerate(configs.itertuples()):
+        ax.text(x, row.hours, f"{row.segments} seg.", ha="center", va="bottom", fontsize=7)
+    ax.set_ylabel("hours at the s/iter guess")
+    ax.tick_params(axis="x", rotation=45)
+    bars = {"needed": disk.get("tb_needed") or 0.0}
+    if disk.get("quota_tb") is not None:
+        bars["quota"] = disk["quota_tb"]
+    right.bar(list(bars), list(bars.values()), color=["#58a", "#bbb"][: len(bars)])
+    right.set_ylabel("checkpoint disk (TB)")
+    kept = f"{disk.get('checkpoints_saved', 0)} saved, {disk.get('checkpoints_kept', 0)} kept"
+    right.set_title(kept)
+    table = configs.copy()
+    for key in ("checkpoints_saved", "checkpoints_kept", "tb_each", "tb_needed", "quota_tb"):
+        table[key] = disk.get(key)
+    return Chart("checkpoints", "Slurm segments, hours and checkpoint disk", fig, table)
+
+
+def charts(
+    plan: dict[str, Any], mixtures: dict[str, dict[str, Any]], configs: pd.DataFrame | None
+) -> list[Chart]:
+    """Every chart of the plan section (the checkpoint chart only with the trainer configs)."""
+    made = [
+        schedule(plan),
+        stacked_tokens(plan, "lang"),
+        stacked_tokens(plan, "domain"),
+        epochs(plan),
+        mixture_shares(plan, mixtures),
+    ]
+    if configs is not None:
+        made.append(checkpoints(plan, configs))
+    return made

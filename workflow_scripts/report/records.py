@@ -1,0 +1,20 @@
+"""Where the trainers leave their records (standard library only: the Snakefile lists them while parsed)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+# Relative to the train stage's folder: the Slurm segments, and the reference trainer's curves and segments.
+PATTERNS = (
+    "*/segments/*.json",
+    "reference/*/loss.csv",
+    "reference/*/eval.jsonl",
+    "reference/*/segments/*.json",
+)
+
+
+def training_files(train_dir: str) -> list[str]:
+    """Every training record under ``train_dir``, sorted (none before anything trained)."""
+    root = glob.escape(train_dir)
+    return sorted(p for pattern in PATTERNS for p in glob.glob(os.path.join(root, pattern)))

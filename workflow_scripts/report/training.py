@@ -1,0 +1,207 @@
+"""The training section, once training ran: train and validation loss on one global-iteration axis across
+segments and packs, measured s/iter against the plan's guess, and the segments' timeline (Slurm jobs,
+retries).
+
+Reads what the trainers leave under ``train/``: the Slurm segment records ``{pack}/segments/*.json`` (pack,
+segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter, train_loss,
+valid_loss, exit, retries) and the reference trainer's ``reference/{pack}/loss.csv``, ``eval.jsonl`` and
+``segments/*.json``. Missing files leave their chart out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.report.charts import Chart, colors, figure, message_figure
+
+SEGMENT_COLUMNS = [
+    "pack",
+    "trainer",
+    "segment",
+    "first_step",
+    "last_step",
+    "iterations",
+    "slurm_job_id",
+    "nodelist",
+    "wall_seconds",
+    "s_per_iter",
+    "train_loss",
+    "valid_loss",
+    "exit",
+    "retries",
+]
+
+
+def segments(paths: list[str]) -> pd.DataFrame:
+    """One row per segment record (Slurm and reference), in the order they ran (global iteration)."""
+    rows = []
+    for path in paths:
+        parts = path.split(os.sep)
+        if not (path.endswith(".json") and parts[-2] == "segments"):
+            continue
+        record = read_json(path)
+        reference = len(parts) >= 4 and parts[-4] == "reference"
+        iterations = record.get("iterations") or 0
+        rows.append(
+            {
+                "pack": record.get("pack", parts[-3]),
+                "trainer": "reference" if reference else "slurm",
+                "segment": record.get("segment", os.path.basename(path).removesuffix(".json")),
+                "first_step": record["first_step"],
+                "last_step": record["last_step"],
+                "iterations": iterations,
+                "slurm_job_id": record.get("slurm_job_id"),
+                "nodelist": record.get("slurm_nodelist", record.get("nodelist")),
+                "wall_seconds": record.get("wall_seconds"),
+                "s_per_iter": record.get("s_per_iter")
+                or (
+                    record["train_seconds"] / iterations if iterations and "train_seconds" in record else None
+                ),
+                "train_loss": record.get("train_loss"),
+                "valid_loss": record.get("valid_loss"),
+                "exit": record.get("exit"),
+                "retries": record.get("attempt", 1) - 1,
+            }
+        )
+    table = pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
+    return table.sort_values(["first_step", "trainer", "pack"], kind="stable").reset_index(drop=True)
+
+
+def losses(paths: list[str]) -> pd.DataFrame:
+    """The reference trainer's loss per global iteration and its evaluations, one row each."""
+    frames = []
+    for path in paths:
+        pack = os.path.basename(os.path.dirname(path))
+        if path.endswith("loss.csv"):
+            rows = pd.read_csv(path)
+            frames.append(
+                pd.DataFrame(
+                    {"pack": pack, "kind": "train", "iteration": rows["iteration"], "loss": rows["loss"]}
+                )
+            )
+        elif path.endswith("eval.jsonl"):
+            with open(path, encoding="utf-8") as f:
+                evals = [json.loads(line) for line in f if line.strip()]
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "pack": pack,
+                        "kind": "validation",
+                        "iteration": [e["iteration"] for e in evals],
+                        "loss": [e["valid_loss"] for e in evals],
+                    }
+                )
+            )
+    table = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["pack", "kind", "iteration", "loss"])
+    )
+    return table.sort_values(["iteration", "kind", "pack"], kind="stable").reset_index(drop=True)
+
+
+def loss_chart(curve: pd.DataFrame, segs: pd.DataFrame, offsets: dict[str, int]) -> Chart:
+    """Train and validation loss against the global iteration; dotted lines where packs start."""
+    fig, (ax,) = figure(10, 4.5)
+    packs = list(dict.fromkeys([*offsets, *curve["pack"], *segs["pack"]]))
+    palette = dict(zip(packs, colors(len(packs)), strict=True))
+    for pack, rows in curve[curve["kind"] == "train"].groupby("pack", sort=False):
+        ax.plot(rows["iteration"], rows["loss"], lw=1, color=palette[pack], label=f"{pack} train")
+    for pack, rows in curve[curve["kind"] == "validation"].groupby("pack", sort=False):
+        ax.plot(rows["iteration"], rows["loss"], "o--", ms=4, color=palette[pack], label=f"{pack} validation")
+    points = [
+        {"pack": r.pack, "kind": f"segment {kind}", "iteration": r.last_step, "loss": loss}
+        for r in segs.itertuples()
+        for kind, loss in (("train", r.train_loss), ("validation", r.valid_loss))
+        if loss is not None and not pd.isna(loss)
+    ]
+    labelled = set()
+    for point in points:
+        marker = "s" if point["kind"] == "segment train" else "D"
+        label = None if point["kind"] in labelled else point["kind"]
+        labelled.add(point["kind"])
+        ax.plot(point["iteration"], point["loss"], marker, ms=5, color=palette[point["pack"]], label=label)
+    for offset in sorted(set(offsets.values()) - {0}):
+        ax.axvline(offset, color="#999", ls=":", lw=1)
+    ax.set_xlabel("global iteration")
+    ax.set_ylabel("loss")
+    if packs:
+        ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    table = pd.concat([curve, pd.DataFrame(points, columns=curve.columns)], ignore_index=True)
+    return Chart("loss", TITLES["loss"], fig, table)
+
+
+def speed_chart(segs: pd.DataFrame, guess: float | None) -> Chart:
+    """Measured seconds per iteration of each segment against the plan's s/iter guess."""
+    table = segs[["pack", "trainer", "segment", "first_step", "last_step", "s_per_iter"]].copy()
+    table["planned_s_per_iter"] = guess
+    fig, (ax,) = figure(10, 4)
+    x = np.arange(len(table))
+    packs = list(dict.fromkeys(table["pack"]))
+    palette = dict(zip(packs, colors(len(packs)), strict=True))
+    ax.bar(x, table["s_per_iter"].astype(float), color=table["pack"].map(palette))
+    if guess is not None:
+        ax.axhline(guess, color="#d43", ls="--", label=f"plan: {guess:g} s/iter")
+        ax.legend()
+    ax.set_xticks(
+        x,
+        [
+            f"{p}\n{a}-{b}"
+            for p, a, b in zip(table["pack"], table["first_step"], table["last_step"], strict=True)
+        ],
+        fontsize=7,
+    )
+    ax.set_ylabel("seconds per iteration")
+    return Chart("speed", TITLES["speed"], fig, table)
+
+
+def timeline_chart(segs: pd.DataFrame) -> Chart:
+    """Every segment on a wall-clock axis (segments one after another), labelled with its job and retries."""
+    table = segs[
+        ["pack", "trainer", "segment", "slurm_job_id", "nodelist", "wall_seconds", "retries", "exit"]
+    ].copy()
+    hours = table["wall_seconds"].fillna(0).astype(float) / 3600
+    table["start_hours"] = (hours.cumsum() - hours).round(6)
+    packs = list(dict.fromkeys(table["pack"]))
+    fig, (ax,) = figure(10, max(2.5, 0.45 * len(packs) + 1.2))
+    y = {p: len(packs) - 1 - i for i, p in enumerate(packs)}
+    for start, width, row in zip(table["start_hours"], hours, table.itertuples(), strict=True):
+        color = "#d43" if row.retries else "#58a"
+        ax.barh(y[row.pack], width, left=start, color=color, edgecolor="white")
+        job = row.slurm_job_id if row.slurm_job_id is not None and not pd.isna(row.slurm_job_id) else "local"
+        label = f"{job}" + (f" ({row.retries} retries)" if row.retries else "")
+        ax.text(start + width / 2, y[row.pack], label, ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(list(y.values()), list(y))
+    ax.set_xlabel("wall hours (segments one after another; red: retried)")
+    return Chart("timeline", TITLES["timeline"], fig, table)
+
+
+def charts(paths: list[str], plan: dict[str, Any] | None, seconds_per_iter: float | None) -> list[Chart]:
+    """The three training charts; each says so when the records do not have its numbers yet."""
+    segs, curve = segments(paths), losses(paths)
+    offsets = {p["name"]: p["iteration_offset"] for p in (plan or {}).get("packs", [])}
+    has_loss = len(curve) or segs[["train_loss", "valid_loss"]].notna().to_numpy().any()
+    return [
+        loss_chart(curve, segs, offsets) if has_loss else _nothing("loss", "no loss recorded yet"),
+        speed_chart(segs, seconds_per_iter)
+        if segs["s_per_iter"].notna().any()
+        else _nothing("speed", "no segment timed yet"),
+        timeline_chart(segs) if len(segs) else _nothing("timeline", "no segment recorded yet"),
+    ]
+
+
+def _nothing(name: str, why: str) -> Chart:
+    return Chart(name, TITLES[name], message_figure(why), pd.DataFrame())
+
+
+TITLES = {
+    "loss": "Loss and validation loss across segments and packs",
+    "speed": "Measured s/iter against the plan's guess",
+    "timeline": "Segment timeline: Slurm jobs and retries",
+}
