@@ -33,15 +33,15 @@ def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
             "last_step": end,
             "iterations": end - start,
             "slurm_job_id": job,
-            "nodelist": "nid[001-002]",
+            "slurm_nodelist": "nid[001-002]",
             "wall_seconds": 600.0 + 60 * i,
             "s_per_iter": 1.5 + 0.25 * i,
             "train_loss": 7.0 - i,
             "valid_loss": 7.2 - i,
             "exit": "done",
-            "retries": retries,
+            "attempt": 1 + retries,
         }
-        write_json(train_dir / pack["name"] / "segments" / f"segment_{i:03d}.json", record)
+        write_json(train_dir / pack["name"] / "segments" / f"{i}.json", record)
     reference = train_dir / "reference" / first["name"]
     reference.mkdir(parents=True)
     lines = ["iteration,loss,lr,tokens_per_s"]
