@@ -66,9 +66,9 @@ from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
 from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
 from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
+from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 DEFAULTS = TokenizeOptions()
-from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
 LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
 REASONS = (

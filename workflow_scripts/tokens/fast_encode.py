@@ -51,7 +51,7 @@ PROBES = (
     "zero\u200bwidth \u200b joiner\u200d \ufeffbom",
     "combining e\u0301 \u0301acute  \u0308x",
     "日本語の文章です。 中文文本 ภาษาไทยไม่มีช่องว่าง",
-    "Ｆｕｌｌｗｉｄｔｈ　ｔｅｘｔ ① ﬁ ㎏",
+    "\uff26\uff55\uff4c\uff4c\u3000\uff54\uff58\uff54 \u2460 \ufb01 \u338f",
     "\u3000 lead",
     "\u200b start",
     " ",

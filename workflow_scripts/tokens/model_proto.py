@@ -1,8 +1,9 @@
-"""The few fields of a SentencePiece ``ModelProto`` the fast encoder needs, read from the protobuf wire format.
+"""The few fields of a SentencePiece ``ModelProto`` the fast encoder needs, read from the wire format.
 
 ``sentencepiece_model_pb2`` (shipped with sentencepiece) needs the ``protobuf`` package; these dozen fields
-do not: ``TrainerSpec`` and ``NormalizerSpec`` are read with their proto2 defaults, and a variant model is a
-copy with one ``NormalizerSpec`` field appended (protobuf merges a repeated sub-message, the last scalar wins).
+do not: ``TrainerSpec`` and ``NormalizerSpec`` are read with their proto2 defaults, and a variant model is
+a copy with one ``NormalizerSpec`` field appended (protobuf merges a repeated sub-message, the last scalar
+wins).
 """
 
 from __future__ import annotations
