@@ -41,6 +41,7 @@ from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
 UNIT = re.compile(r" *[^ ]+| +")
 FIRST = "\x00"  # key prefix of a document's first unit (later units start with a space)
 SPACE = "\u2581"
+UNIGRAM = 1  # TrainerSpec.model_type
 INNER_SPACE = re.compile(f"[^{SPACE}]{SPACE}| ")
 PROBES = (
     "Hello world",
@@ -79,6 +80,8 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
         why = "treat_whitespace_as_suffix is on"
     elif not opts.escape_whitespaces:
         why = "escape_whitespaces is off"
+    elif opts.model_type == UNIGRAM:
+        why = "a unigram model: its Viterbi ties depend on the rounding of the text's score before a unit"
     elif sp.is_unknown(sp.piece_to_id(SPACE)):
         why = f"no {SPACE!r} piece"
     elif opts.charsmap and opts.allow_whitespace_only_pieces and not opts.remove_extra_whitespaces:
@@ -127,7 +130,10 @@ class UnitEncoder:
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All ids of ``texts`` concatenated (``dtype``) and the per-text lengths (int64)."""
+        whole = [i for i, text in enumerate(texts) if SPACE in text]  # SentencePiece reads a ``▁`` as a space
         per_doc = list(map(UNIT.findall, texts))
+        for i in whole:
+            per_doc[i] = []
         if self.units_sp is not None:
             for units in per_doc:
                 if units:
@@ -142,21 +148,24 @@ class UnitEncoder:
         rest = iter(vals)
         docs = [b"".join(itertools.islice(rest, n)) for n in counts]
         if self.units_sp is not None:
-            self._first_units_empty(texts, counts, vals, docs)
+            whole += self._first_units_empty(counts, vals)
+        for i in whole:
+            docs[i] = np.asarray(self.sp.encode(texts[i]), self.dtype).tobytes()
+        self.direct += len(whole)
         lengths = np.fromiter(map(len, docs), np.int64, len(docs)) // self.dtype.itemsize
         return np.frombuffer(b"".join(docs), self.dtype), lengths
 
-    def _first_units_empty(
-        self, texts: Sequence[str], counts: list[int], vals: list[bytes], docs: list[bytes]
-    ) -> None:
-        """Encode whole the documents whose first unit normalizes to nothing (the model would then add or
-        strip the next unit's space, which the unit alone cannot know)."""
+    @staticmethod
+    def _first_units_empty(counts: list[int], vals: list[bytes]) -> list[int]:
+        """The documents whose first unit normalizes to nothing: the model then adds or strips the next
+        unit's space, which that unit alone cannot know; they are encoded whole."""
+        found = []
         pos = 0
         for d, n in enumerate(counts):
             if n > 1 and not vals[pos]:
-                docs[d] = np.asarray(self.sp.encode(texts[d]), self.dtype).tobytes()
-                self.direct += 1
+                found.append(d)
             pos += n
+        return found
 
     def _fill(self, missing: set[str]) -> dict[str, bytes]:
         """The ids of the units not in the memo: moved back from the old generation or encoded."""
