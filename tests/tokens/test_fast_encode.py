@@ -211,6 +211,24 @@ def test_fast_ids_equal_sentencepiece(exact_model: bytes) -> None:
     assert counters["memo_entries"] <= 64 and counters["units_encoded"] < counters["units"]
 
 
+def test_pipelined_parts_equal_sentencepiece() -> None:
+    """Many small parts: each looked up while the one before is encoded, units shared between them."""
+    model = train(**ours("bpe"))
+    plan, _ = fe.plan(model)
+    assert plan is not None
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 2, max_entries=200, max_unit_chars=32, part_chars=300)
+    try:
+        docs = [t for t in texts(12) if t] * 2
+        for start in range(0, len(docs), 150):
+            batch = docs[start : start + 150]
+            flat, lengths = encoder.encode_flat(batch)
+            assert [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] == sp.encode(batch)
+    finally:
+        encoder.close()
+    assert 0 < encoder.stats()["hit_rate"] < 1
+
+
 @pytest.mark.parametrize("name", sorted(FALLBACK))
 def test_models_the_split_is_not_exact_for_fall_back(name: str) -> None:
     options, reason = FALLBACK[name]

@@ -13,24 +13,26 @@ but not kept. The memo holds at most ``max_entries`` units in two generations: w
 it becomes the old one (the previous old one is dropped) and old units found again move back.
 
 ``plan`` decides from the model proto whether this is exact, and falls back (with the reason) when it is
-not: ``split_by_whitespace`` off, ``treat_whitespace_as_suffix``, unescaped whitespace, a piece with a space
-or an inner ``▁``, no ``▁`` piece, a normalizer (character map) that can create or remove spaces next to
-whitespace-only pieces without ``remove_extra_whitespaces``, or a mismatch on the built-in probe texts.
+not: ``split_by_whitespace`` off, ``treat_whitespace_as_suffix``, unescaped whitespace, a unigram model
+(its Viterbi breaks ties between equal-score segmentations by the float rounding of the score of the text
+before, which a unit alone cannot reproduce), a piece with a space or an inner ``▁``, no ``▁`` piece, a
+normalizer (character map) that can create or remove spaces next to whitespace-only pieces without
+``remove_extra_whitespaces``, or a mismatch on the built-in probe texts. A document holding a literal
+``▁`` (which SentencePiece reads as a space), or whose first unit normalizes to nothing when the two
+models differ, is encoded whole.
 
-``FastEncoder`` runs ``workers`` processes (each with its own memo) over parts of every batch, or one memo
-in this process for one worker.
+``FastEncoder`` pipelines one memo: SentencePiece (with all the threads, GIL released) encodes one part's
+missing units while Python splits and looks up the next.
 """
 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import operator
-import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -106,15 +108,38 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     return result, "later units with add_dummy_prefix off" if units_model else "units encoded as they are"
 
 
-class UnitEncoder:
-    """Encodes texts through a memo of unit ids (``dtype`` bytes); counts units and those encoded."""
+@dataclass
+class Pending:
+    """A batch between ``UnitEncoder.prepare`` and ``finish``: its units, those found, those to encode."""
 
-    def __init__(self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int) -> None:
+    texts: Sequence[str]
+    per_doc: list[list[str]]
+    flat: list[str]
+    vals: list[bytes | None]
+    whole: list[int]  # documents encoded whole
+    todo: list[str] = field(default_factory=list)  # units for SentencePiece
+    found: dict[str, bytes] = field(default_factory=dict)  # units from the old generation
+    shared: set[str] = field(default_factory=set)  # units the batch before is encoding
+    new: dict[str, bytes] = field(default_factory=dict)  # every unit not in the memo, with its ids
+    encoded: list[bytes] = field(default_factory=list)  # ids of ``todo``
+    whole_ids: list[bytes] = field(default_factory=list)  # ids of the ``whole`` documents
+
+
+class UnitEncoder:
+    """Encodes texts through a memo of unit ids (``dtype`` bytes); counts units and those encoded.
+
+    ``encode`` is ``prepare`` (split and look up), ``encode_missing`` (SentencePiece alone, with ``threads``;
+    it may run in another thread, the GIL released) and ``finish`` (memo update, ids joined)."""
+
+    def __init__(
+        self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int, threads: int = 1
+    ) -> None:
         self.sp = spm.SentencePieceProcessor(model_proto=plan.model)
         self.units_sp = spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else None
         self.dtype = np.dtype(dtype)
         self.generation = max(1, max_entries // 2)
         self.max_unit_chars = max_unit_chars
+        self.threads = threads
         self.memo: dict[str, bytes] = {}
         self.old: dict[str, bytes] = {}
         self.units = self.encoded = self.direct = 0
@@ -130,6 +155,13 @@ class UnitEncoder:
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """All ids of ``texts`` concatenated (``dtype``) and the per-text lengths (int64)."""
+        pending = self.prepare(texts)
+        self.encode_missing(pending)
+        return self.finish(pending)
+
+    def prepare(self, texts: Sequence[str], before: Pending | None = None) -> Pending:
+        """Split ``texts`` into units and look them up; units that ``before`` (a batch not finished yet)
+        encodes are taken from it."""
         whole = [i for i, text in enumerate(texts) if SPACE in text]  # SentencePiece reads a ``▁`` as a space
         per_doc = list(map(UNIT.findall, texts))
         for i in whole:
@@ -141,16 +173,54 @@ class UnitEncoder:
         flat = list(itertools.chain.from_iterable(per_doc))
         vals = list(map(self.memo.get, flat))
         self.units += len(flat)
+        pending = Pending(texts, per_doc, flat, vals, whole)
         if None in vals:
             missing = set(itertools.compress(flat, map(operator.is_, vals, itertools.repeat(None))))
-            vals = list(map(self._fill(missing).get, flat, vals))
-        counts = list(map(len, per_doc))
+            if before is not None:
+                pending.shared = missing.intersection(before.todo)
+                missing -= pending.shared
+            if self.old:
+                pending.found = {k: v for k in missing if (v := self.old.get(k)) is not None}
+                missing.difference_update(pending.found)
+            pending.todo = list(missing)
+            self.encoded += len(pending.todo)
+        return pending
+
+    def encode_missing(self, pending: Pending) -> None:
+        """Encode the batch's missing units and whole documents (SentencePiece only: any thread)."""
+        todo = pending.todo
+        if self.units_sp is None:
+            pending.encoded = self._encode(self.sp, todo)
+        else:
+            firsts = [k[1:] for k in todo if k[0] == FIRST]
+            later = [k for k in todo if k[0] != FIRST]
+            first_ids, later_ids = (
+                iter(self._encode(self.sp, firsts)),
+                iter(self._encode(self.units_sp, later)),
+            )
+            pending.encoded = [next(first_ids) if k[0] == FIRST else next(later_ids) for k in todo]
+        pending.whole_ids = self._encode(self.sp, [pending.texts[i] for i in pending.whole])
+
+    def finish(self, pending: Pending, before: Pending | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Remember the batch's new units and join its ids (``before``: the batch given to ``prepare``)."""
+        new = pending.new = pending.found
+        new.update(zip(pending.todo, pending.encoded, strict=True))
+        if pending.shared:
+            assert before is not None
+            new.update((k, before.new[k]) for k in pending.shared)
+        vals = pending.vals
+        if new:
+            vals = list(map(new.get, pending.flat, vals))
+            self._remember(new)
+        counts = list(map(len, pending.per_doc))
         rest = iter(vals)
-        docs = [b"".join(itertools.islice(rest, n)) for n in counts]
+        docs = [b"".join(itertools.islice(rest, n)) for n in counts]  # type: ignore[arg-type]
+        whole = dict(zip(pending.whole, pending.whole_ids, strict=True))
         if self.units_sp is not None:
-            whole += self._first_units_empty(counts, vals)
-        for i in whole:
-            docs[i] = np.asarray(self.sp.encode(texts[i]), self.dtype).tobytes()
+            for d in self._first_units_empty(counts, vals):  # type: ignore[arg-type]
+                whole[d] = np.asarray(self.sp.encode(pending.texts[d]), self.dtype).tobytes()
+        for d, ids in whole.items():
+            docs[d] = ids
         self.direct += len(whole)
         lengths = np.fromiter(map(len, docs), np.int64, len(docs)) // self.dtype.itemsize
         return np.frombuffer(b"".join(docs), self.dtype), lengths
@@ -167,107 +237,92 @@ class UnitEncoder:
             pos += n
         return found
 
-    def _fill(self, missing: set[str]) -> dict[str, bytes]:
-        """The ids of the units not in the memo: moved back from the old generation or encoded."""
-        new = {k: v for k in missing if (v := self.old.get(k)) is not None} if self.old else {}
-        todo = [k for k in missing if k not in new] if new else list(missing)
-        self.encoded += len(todo)
-        if self.units_sp is None:
-            new.update(zip(todo, self._encode(self.sp, todo), strict=True))
-        else:
-            firsts = [k for k in todo if k[0] == FIRST]
-            later = [k for k in todo if k[0] != FIRST]
-            new.update(zip(firsts, self._encode(self.sp, [k[1:] for k in firsts]), strict=True))
-            new.update(zip(later, self._encode(self.units_sp, later), strict=True))
+    def _remember(self, new: dict[str, bytes]) -> None:
+        """Keep the new units not over ``max_unit_chars``; a full young generation becomes the old one."""
         keep = {k: v for k, v in new.items() if len(k) <= self.max_unit_chars}
         if len(self.memo) + len(keep) > self.generation:
             self.old, self.memo = self.memo, {}
             if len(keep) > self.generation:
                 keep = dict(itertools.islice(keep.items(), self.generation))
         self.memo.update(keep)
-        return new
 
     def _encode(self, sp: spm.SentencePieceProcessor, texts: list[str]) -> list[bytes]:
         """The ids of each text as ``dtype`` bytes (one SentencePiece call)."""
         if not texts:
             return []
-        ids = sp.encode(texts, num_threads=1)
+        ids = sp.encode(texts, num_threads=self.threads)
         lengths = list(map(len, ids))
-        total = sum(lengths)
-        buf = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, total).tobytes()
+        buf = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, sum(lengths)).tobytes()
         ends = list(itertools.accumulate(n * self.dtype.itemsize for n in lengths))
         return list(map(buf.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
 
-_WORKER: UnitEncoder | None = None
-
-
-def _start_worker(plan: Plan, dtype: str, max_entries: int, max_unit_chars: int) -> None:
-    global _WORKER
-    _WORKER = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
-
-
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray, int, dict[str, int]]:
-    assert _WORKER is not None
-    flat, lengths = _WORKER.encode(texts)
-    return flat, lengths, os.getpid(), _WORKER.counters()
-
-
 class FastEncoder:
-    """Encodes batches with ``workers`` processes (one memo each), or in this process for one worker."""
+    """Encodes batches through one ``UnitEncoder``, cut into parts of about ``part_chars`` characters: while
+    SentencePiece encodes one part's missing units (``threads`` threads, in a helper thread), this thread
+    splits and looks up the next one."""
 
     def __init__(
-        self, plan: Plan, dtype: np.dtype, workers: int, max_entries: int, max_unit_chars: int
+        self,
+        plan: Plan,
+        dtype: np.dtype,
+        threads: int,
+        max_entries: int,
+        max_unit_chars: int,
+        part_chars: int = 1 << 19,
     ) -> None:
-        self.workers = workers
-        args = (plan, np.dtype(dtype).str, max_entries, max_unit_chars)
-        self.pool: ProcessPoolExecutor | None = None
-        self.local: UnitEncoder | None = None
-        if workers > 1:
-            self.pool = ProcessPoolExecutor(
-                workers, multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=args
-            )
-        else:
-            self.local = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
-        self._counters: dict[int, dict[str, int]] = {}
+        self.units = UnitEncoder(plan, dtype, max_entries, max_unit_chars, threads)
+        self.threads = threads
+        self.part_chars = part_chars
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tokenize-units")
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Like ``Tokenizer.encode_flat``: all ids concatenated and the per-text lengths."""
-        if self.local is not None:
-            result = self.local.encode(texts)
-            self._counters[0] = self.local.counters()
-            return result
-        assert self.pool is not None
-        parts = _parts(texts, self.workers)
-        flats, lengths = [], []
-        for flat, lens, pid, counters in self.pool.map(_encode_in_worker, parts):
-            flats.append(flat)
-            lengths.append(lens)
-            self._counters[pid] = counters
+        flats: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        previous: Pending | None = None  # the part finished before ``current``
+        current: tuple[Pending, Future[None]] | None = None  # the part SentencePiece is encoding
+        for part in _parts(texts, self.part_chars):
+            pending = self.units.prepare(part, current and current[0])
+            if current is not None:
+                previous = self._collect(*current, previous, flats, lengths)
+            current = pending, self.pool.submit(self.units.encode_missing, pending)
+        if current is not None:
+            self._collect(*current, previous, flats, lengths)
         if not flats:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         return np.concatenate(flats), np.concatenate(lengths)
 
+    def _collect(
+        self,
+        pending: Pending,
+        running: Future[None],
+        previous: Pending | None,
+        flats: list[np.ndarray],
+        lengths: list[np.ndarray],
+    ) -> Pending:
+        running.result()
+        flat, lens = self.units.finish(pending, previous)
+        flats.append(flat)
+        lengths.append(lens)
+        return pending
+
     def stats(self) -> dict[str, Any]:
-        """``UnitEncoder.counters`` summed over the workers, and the hit rate: the share of units found in
-        the memo (each distinct unit is encoded once while the memo keeps it, whatever the batches)."""
-        total: dict[str, Any] = {}
-        for counters in self._counters.values():
-            for key, value in counters.items():
-                total[key] = total.get(key, 0) + value
-        units = total.get("units", 0)
-        return {**total, "hit_rate": round(1 - total.get("units_encoded", 0) / max(units, 1), 4)}
+        """``UnitEncoder.counters`` and the hit rate: the share of units found in the memo (each distinct
+        unit is encoded once while the memo keeps it, whatever the batches)."""
+        counters = self.units.counters()
+        return {**counters, "hit_rate": round(1 - counters["units_encoded"] / max(counters["units"], 1), 4)}
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+        self.pool.shutdown()
 
 
-def _parts(texts: Sequence[str], n: int) -> list[list[str]]:
-    """``texts`` cut into at most ``n`` runs of about equal characters (in order, none empty)."""
+def _parts(texts: Sequence[str], part_chars: int) -> list[list[str]]:
+    """``texts`` cut into runs of about ``part_chars`` characters (in order, none empty)."""
     ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
     if not len(ends):
         return []
+    n = max(1, int(ends[-1]) // part_chars)
     cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="right")
     bounds = [0, *sorted(set(cuts.tolist())), len(texts)]
     return [list(texts[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
