@@ -211,13 +211,13 @@ def test_fast_ids_equal_sentencepiece(exact_model: bytes) -> None:
     assert counters["memo_entries"] <= 64 and counters["units_encoded"] < counters["units"]
 
 
-def test_pipelined_parts_equal_sentencepiece() -> None:
-    """Many small parts: each looked up while the one before is encoded, units shared between them."""
+def test_worker_processes_equal_sentencepiece() -> None:
+    """Two worker processes, each with its own small memo, over parts of every batch."""
     model = train(**ours("bpe"))
     plan, _ = fe.plan(model)
     assert plan is not None
     sp = spm.SentencePieceProcessor(model_proto=model)
-    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 2, max_entries=200, max_unit_chars=32, part_chars=300)
+    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 2, max_entries=200, max_unit_chars=32)
     try:
         docs = [t for t in texts(12) if t] * 2
         for start in range(0, len(docs), 150):

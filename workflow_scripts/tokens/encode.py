@@ -613,8 +613,8 @@ def fast_summary(tokenizer: Tokenizer, fast: FastEncoder | None, enabled: bool) 
     stats = fast.stats()
     print(
         f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
-        f"{stats['units_encoded']:,} encoded ({fast.threads} thread{'s' * (fast.threads > 1)}), "
-        f"memo {stats['memo_entries']:,} entries",
+        f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries "
+        f"({fast.workers} worker{'s' * (fast.workers > 1)})",
         file=sys.stderr,
         flush=True,
     )

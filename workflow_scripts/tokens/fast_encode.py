@@ -21,17 +21,19 @@ normalizer (character map) that can create or remove spaces next to whitespace-o
 ``▁`` (which SentencePiece reads as a space), or whose first unit normalizes to nothing when the two
 models differ, is encoded whole.
 
-``FastEncoder`` pipelines one memo: SentencePiece (with all the threads, GIL released) encodes one part's
-missing units while Python splits and looks up the next.
+``FastEncoder`` runs ``workers`` processes, each with its own memo, over parts of every batch (one memo
+in this process for one worker).
 """
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import operator
+import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,7 @@ UNIT = re.compile(r" *[^ ]+| +")
 FIRST = "\x00"  # key prefix of a document's first unit (later units start with a space)
 SPACE = "\u2581"
 UNIGRAM = 1  # TrainerSpec.model_type
+PARTS = 4  # parts of a batch per worker process
 INNER_SPACE = re.compile(f"[^{SPACE}]{SPACE}| ")
 PROBES = (
     "Hello world",
@@ -119,8 +122,6 @@ class Pending:
     whole: list[int]  # documents encoded whole
     todo: list[str] = field(default_factory=list)  # units for SentencePiece
     found: dict[str, bytes] = field(default_factory=dict)  # units from the old generation
-    shared: set[str] = field(default_factory=set)  # units the batch before is encoding
-    new: dict[str, bytes] = field(default_factory=dict)  # every unit not in the memo, with its ids
     encoded: list[bytes] = field(default_factory=list)  # ids of ``todo``
     whole_ids: list[bytes] = field(default_factory=list)  # ids of the ``whole`` documents
 
@@ -128,18 +129,15 @@ class Pending:
 class UnitEncoder:
     """Encodes texts through a memo of unit ids (``dtype`` bytes); counts units and those encoded.
 
-    ``encode`` is ``prepare`` (split and look up), ``encode_missing`` (SentencePiece alone, with ``threads``;
-    it may run in another thread, the GIL released) and ``finish`` (memo update, ids joined)."""
+    ``encode`` is ``prepare`` (split and look up), ``encode_missing`` (SentencePiece alone) and ``finish``
+    (memo update, ids joined)."""
 
-    def __init__(
-        self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int, threads: int = 1
-    ) -> None:
+    def __init__(self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int) -> None:
         self.sp = spm.SentencePieceProcessor(model_proto=plan.model)
         self.units_sp = spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else None
         self.dtype = np.dtype(dtype)
         self.generation = max(1, max_entries // 2)
         self.max_unit_chars = max_unit_chars
-        self.threads = threads
         self.memo: dict[str, bytes] = {}
         self.old: dict[str, bytes] = {}
         self.units = self.encoded = self.direct = 0
@@ -159,9 +157,8 @@ class UnitEncoder:
         self.encode_missing(pending)
         return self.finish(pending)
 
-    def prepare(self, texts: Sequence[str], before: Pending | None = None) -> Pending:
-        """Split ``texts`` into units and look them up; units that ``before`` (a batch not finished yet)
-        encodes are taken from it."""
+    def prepare(self, texts: Sequence[str]) -> Pending:
+        """Split ``texts`` into units and look them up."""
         whole = [i for i, text in enumerate(texts) if SPACE in text]  # SentencePiece reads a ``▁`` as a space
         per_doc = list(map(UNIT.findall, texts))
         for i in whole:
@@ -176,9 +173,6 @@ class UnitEncoder:
         pending = Pending(texts, per_doc, flat, vals, whole)
         if None in vals:
             missing = set(itertools.compress(flat, map(operator.is_, vals, itertools.repeat(None))))
-            if before is not None:
-                pending.shared = missing.intersection(before.todo)
-                missing -= pending.shared
             if self.old:
                 pending.found = {k: v for k in missing if (v := self.old.get(k)) is not None}
                 missing.difference_update(pending.found)
@@ -187,7 +181,7 @@ class UnitEncoder:
         return pending
 
     def encode_missing(self, pending: Pending) -> None:
-        """Encode the batch's missing units and whole documents (SentencePiece only: any thread)."""
+        """Encode the batch's missing units and whole documents."""
         todo = pending.todo
         if self.units_sp is None:
             pending.encoded = self._encode(self.sp, todo)
@@ -201,13 +195,10 @@ class UnitEncoder:
             pending.encoded = [next(first_ids) if k[0] == FIRST else next(later_ids) for k in todo]
         pending.whole_ids = self._encode(self.sp, [pending.texts[i] for i in pending.whole])
 
-    def finish(self, pending: Pending, before: Pending | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Remember the batch's new units and join its ids (``before``: the batch given to ``prepare``)."""
-        new = pending.new = pending.found
+    def finish(self, pending: Pending) -> tuple[np.ndarray, np.ndarray]:
+        """Remember the batch's new units and join its ids."""
+        new = pending.found
         new.update(zip(pending.todo, pending.encoded, strict=True))
-        if pending.shared:
-            assert before is not None
-            new.update((k, before.new[k]) for k in pending.shared)
         vals = pending.vals
         if new:
             vals = list(map(new.get, pending.flat, vals))
@@ -250,79 +241,83 @@ class UnitEncoder:
         """The ids of each text as ``dtype`` bytes (one SentencePiece call)."""
         if not texts:
             return []
-        ids = sp.encode(texts, num_threads=self.threads)
+        ids = sp.encode(texts, num_threads=1)
         lengths = list(map(len, ids))
         buf = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, sum(lengths)).tobytes()
         ends = list(itertools.accumulate(n * self.dtype.itemsize for n in lengths))
         return list(map(buf.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
 
+_WORKER: UnitEncoder | None = None
+
+
+def _start_worker(plan: Plan, dtype: str, max_entries: int, max_unit_chars: int) -> None:
+    global _WORKER
+    _WORKER = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
+
+
+def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray, int, dict[str, int]]:
+    assert _WORKER is not None
+    flat, lengths = _WORKER.encode(texts)
+    return flat, lengths, os.getpid(), _WORKER.counters()
+
+
 class FastEncoder:
-    """Encodes batches through one ``UnitEncoder``, cut into parts of about ``part_chars`` characters: while
-    SentencePiece encodes one part's missing units (``threads`` threads, in a helper thread), this thread
-    splits and looks up the next one."""
+    """Encodes batches with ``workers`` processes, each with its own memo, over ``PARTS_PER_WORKER`` parts
+    of every batch per worker (so that a slow part does not leave the others idle); in this process for
+    one worker."""
 
     def __init__(
-        self,
-        plan: Plan,
-        dtype: np.dtype,
-        threads: int,
-        max_entries: int,
-        max_unit_chars: int,
-        part_chars: int = 1 << 19,
+        self, plan: Plan, dtype: np.dtype, workers: int, max_entries: int, max_unit_chars: int
     ) -> None:
-        self.units = UnitEncoder(plan, dtype, max_entries, max_unit_chars, threads)
-        self.threads = threads
-        self.part_chars = part_chars
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tokenize-units")
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = None
+        self.local: UnitEncoder | None = None
+        if workers > 1:
+            args = (plan, np.dtype(dtype).str, max_entries, max_unit_chars)
+            context = multiprocessing.get_context("spawn")  # the reader thread is running: no fork
+            self.pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=args)
+        else:
+            self.local = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
+        self._counters: dict[int, dict[str, int]] = {}
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Like ``Tokenizer.encode_flat``: all ids concatenated and the per-text lengths."""
-        flats: list[np.ndarray] = []
-        lengths: list[np.ndarray] = []
-        previous: Pending | None = None  # the part finished before ``current``
-        current: tuple[Pending, Future[None]] | None = None  # the part SentencePiece is encoding
-        for part in _parts(texts, self.part_chars):
-            pending = self.units.prepare(part, current and current[0])
-            if current is not None:
-                previous = self._collect(*current, previous, flats, lengths)
-            current = pending, self.pool.submit(self.units.encode_missing, pending)
-        if current is not None:
-            self._collect(*current, previous, flats, lengths)
+        if self.local is not None:
+            result = self.local.encode(texts)
+            self._counters[0] = self.local.counters()
+            return result
+        assert self.pool is not None
+        flats, lengths = [], []
+        for flat, lens, pid, counters in self.pool.map(
+            _encode_in_worker, _parts(texts, self.workers * PARTS)
+        ):
+            flats.append(flat)
+            lengths.append(lens)
+            self._counters[pid] = counters
         if not flats:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         return np.concatenate(flats), np.concatenate(lengths)
 
-    def _collect(
-        self,
-        pending: Pending,
-        running: Future[None],
-        previous: Pending | None,
-        flats: list[np.ndarray],
-        lengths: list[np.ndarray],
-    ) -> Pending:
-        running.result()
-        flat, lens = self.units.finish(pending, previous)
-        flats.append(flat)
-        lengths.append(lens)
-        return pending
-
     def stats(self) -> dict[str, Any]:
-        """``UnitEncoder.counters`` and the hit rate: the share of units found in the memo (each distinct
-        unit is encoded once while the memo keeps it, whatever the batches)."""
-        counters = self.units.counters()
-        return {**counters, "hit_rate": round(1 - counters["units_encoded"] / max(counters["units"], 1), 4)}
+        """``UnitEncoder.counters`` summed over the workers, and the hit rate: the share of units found in
+        the memo (each distinct unit is encoded once while the memo keeps it, whatever the batches)."""
+        total = dict.fromkeys(("units", "units_encoded", "docs_encoded_whole", "memo_entries"), 0)
+        for counters in self._counters.values():
+            for key, value in counters.items():
+                total[key] += value
+        return {**total, "hit_rate": round(1 - total["units_encoded"] / max(total["units"], 1), 4)}
 
     def close(self) -> None:
-        self.pool.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
-def _parts(texts: Sequence[str], part_chars: int) -> list[list[str]]:
-    """``texts`` cut into runs of about ``part_chars`` characters (in order, none empty)."""
+def _parts(texts: Sequence[str], n: int) -> list[list[str]]:
+    """``texts`` cut into at most ``n`` runs of about equal characters (in order, none empty)."""
     ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
     if not len(ends):
         return []
-    n = max(1, int(ends[-1]) // part_chars)
     cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="right")
     bounds = [0, *sorted(set(cuts.tolist())), len(texts)]
     return [list(texts[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
