@@ -42,8 +42,8 @@ import sentencepiece as spm
 
 from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
 
-SPLIT = re.compile(r"(?<! ) ")  # the first space of each run: what ``str.split(" ")`` cuts without runs
-FIRST = "\x00"  # key prefix of a document's first unit
+UNIT = re.compile(r" *[^ ]+| +")
+FIRST = "\x00"  # key prefix of a document's first unit (later units start with a space)
 SPACE = "\u2581"
 UNIGRAM = 1  # TrainerSpec.model_type
 PARTS = 4  # parts of a batch per worker process
@@ -134,10 +134,7 @@ class UnitEncoder:
 
     def __init__(self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int) -> None:
         self.sp = spm.SentencePieceProcessor(model_proto=plan.model)
-        self.special_first = plan.units_model is not None
-        self.units_sp = (
-            spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else self.sp
-        )
+        self.units_sp = spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else None
         self.dtype = np.dtype(dtype)
         self.generation = max(1, max_entries // 2)
         self.max_unit_chars = max_unit_chars
@@ -163,14 +160,13 @@ class UnitEncoder:
     def prepare(self, texts: Sequence[str]) -> Pending:
         """Split ``texts`` into units and look them up."""
         whole = [i for i, text in enumerate(texts) if SPACE in text]  # SentencePiece reads a ``▁`` as a space
-        per_doc = [text.split(" ") if "  " not in text else SPLIT.split(text) for text in texts]
+        per_doc = list(map(UNIT.findall, texts))
         for i in whole:
             per_doc[i] = []
-        for units in per_doc:
-            if len(units) > 1 and not units[0]:  # leading spaces: the first unit is `` ...X`` as it is
-                units[:2] = [" " + units[1]]
-            if units:
-                units[0] = FIRST + units[0]
+        if self.units_sp is not None:
+            for units in per_doc:
+                if units:
+                    units[0] = FIRST + units[0]
         flat = list(itertools.chain.from_iterable(per_doc))
         vals = list(map(self.memo.get, flat))
         self.units += len(flat)
@@ -187,10 +183,16 @@ class UnitEncoder:
     def encode_missing(self, pending: Pending) -> None:
         """Encode the batch's missing units and whole documents."""
         todo = pending.todo
-        firsts = [k[1:] for k in todo if k[:1] == FIRST]
-        later = [" " + k for k in todo if k[:1] != FIRST]
-        first_ids, later_ids = iter(self._encode(self.sp, firsts)), iter(self._encode(self.units_sp, later))
-        pending.encoded = [next(first_ids) if k[:1] == FIRST else next(later_ids) for k in todo]
+        if self.units_sp is None:
+            pending.encoded = self._encode(self.sp, todo)
+        else:
+            firsts = [k[1:] for k in todo if k[0] == FIRST]
+            later = [k for k in todo if k[0] != FIRST]
+            first_ids, later_ids = (
+                iter(self._encode(self.sp, firsts)),
+                iter(self._encode(self.units_sp, later)),
+            )
+            pending.encoded = [next(first_ids) if k[0] == FIRST else next(later_ids) for k in todo]
         pending.whole_ids = self._encode(self.sp, [pending.texts[i] for i in pending.whole])
 
     def finish(self, pending: Pending) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +207,7 @@ class UnitEncoder:
         rest = iter(vals)
         docs = [b"".join(itertools.islice(rest, n)) for n in counts]  # type: ignore[arg-type]
         whole = dict(zip(pending.whole, pending.whole_ids, strict=True))
-        if self.special_first:
+        if self.units_sp is not None:
             for d in self._first_units_empty(counts, vals):  # type: ignore[arg-type]
                 whole[d] = np.asarray(self.sp.encode(pending.texts[d]), self.dtype).tobytes()
         for d, ids in whole.items():
