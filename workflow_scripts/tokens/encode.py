@@ -31,11 +31,15 @@ in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
 encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
-the GIL) and writes the tokens with the vectorised builder. Memory is bounded by two batches plus the
-index arrays (12 bytes per document), whatever the shard size. SentencePiece needs about 50 bytes a
-character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a
-unit anyway (a space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters
-without such a space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+the GIL) and writes the tokens with the vectorised builder. With ``--fast-encode`` (the default) the batch
+goes through ``fast_encode.FastEncoder`` instead: ``workers`` processes, each encoding every distinct
+word-like unit once and looking the others up (the same ids; the stats' ``fast_encode`` gives the memo's
+hit rate and size, or why the model needs SentencePiece for every text). Memory is bounded by two batches
+plus the index arrays (12 bytes per document), whatever the shard size (and by ``--memo-entries`` per
+worker on the fast path). SentencePiece needs about 50 bytes a character, so a document over 4 Mi
+characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space after a
+non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is cut
+where it must and counted in the stats (``long_document_unsafe_cuts``).
 """
 
 from __future__ import annotations
