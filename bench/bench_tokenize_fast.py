@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's workflow_scripts, first
+
 import bench_tokenize
 import harness
 import numpy as np
