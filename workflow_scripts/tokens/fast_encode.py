@@ -108,7 +108,9 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     for text, got, want in zip(PROBES, np.split(flat, np.cumsum(lengths)[:-1]), expected, strict=True):
         if not np.array_equal(got, want):
             return None, f"self-check failed on {text!r}"
-    return result, "later units with add_dummy_prefix off" if units_model else "units encoded as they are"
+    if units_model is None:
+        return result, "units encoded with the model as it is"
+    return result, f"later units with add_dummy_prefix {'on' if opts.remove_extra_whitespaces else 'off'}"
 
 
 @dataclass

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 _TRAINER, _NORMALIZER = 2, 3
 _TRAINER_FIELDS = {
     3: "model_type",
-    21: "split_by_unicode_script",
     22: "split_by_whitespace",
     24: "treat_whitespace_as_suffix",
     26: "allow_whitespace_only_pieces",
@@ -29,7 +28,6 @@ class ModelOptions:
     """The encoding-relevant options of a model (proto2 defaults where a field is absent)."""
 
     model_type: int = 1  # UNIGRAM=1, BPE=2, WORD=3, CHAR=4
-    split_by_unicode_script: bool = True
     split_by_whitespace: bool = True
     treat_whitespace_as_suffix: bool = False
     allow_whitespace_only_pieces: bool = False
