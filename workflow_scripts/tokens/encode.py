@@ -31,11 +31,15 @@ in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
 encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
-the GIL) and writes the tokens with the vectorised builder. Memory is bounded by two batches plus the
-index arrays (12 bytes per document), whatever the shard size. SentencePiece needs about 50 bytes a
-character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a
-unit anyway (a space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters
-without such a space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+the GIL) and writes the tokens with the vectorised builder. With ``--fast-encode`` (the default) the batch
+goes through ``fast_encode.FastEncoder`` instead: ``workers`` processes, each encoding every distinct
+word-like unit once and looking the others up (the same ids; the stats' ``fast_encode`` gives the memo's
+hit rate and size, or why the model needs SentencePiece for every text). Memory is bounded by two batches
+plus the index arrays (12 bytes per document), whatever the shard size (and by ``--memo-entries`` per
+worker on the fast path). SentencePiece needs about 50 bytes a character, so a document over 4 Mi
+characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space after a
+non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is cut
+where it must and counted in the stats (``long_document_unsafe_cuts``).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import hashlib
 import itertools
 import os
 import queue
+import sys
 import threading
 from collections import Counter
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -63,8 +68,11 @@ from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
+from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
 from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
+
+DEFAULTS = TokenizeOptions()
 
 LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
 REASONS = (
@@ -95,6 +103,37 @@ class Tokenizer:
         self.vocab_size = self.sp.vocab_size()
         self.numpy_output = _has_numpy_output(self.sp)
         self.unsafe_cuts = 0  # cuts of long documents that may have changed ids (see ``pieces``)
+        self.fast: FastEncoder | None = None  # set by ``fast_encoding``
+
+    @functools.cached_property
+    def fast_plan(self) -> tuple[Plan | None, str]:
+        """Whether the fast path (``fast_encode``) is exact for this model: its plan, or None and why not
+        (said once in the log)."""
+        with open(self.path, "rb") as f:
+            result, note = plan(f.read())
+        if result is None:
+            print(
+                f"fast encoding off for {self.path}: {note}; SentencePiece encodes every text",
+                file=sys.stderr,
+            )
+        return result, note
+
+    @contextlib.contextmanager
+    def fast_encoding(
+        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
+    ) -> Iterator[FastEncoder | None]:
+        """Within the block ``encode_flat`` goes through a fresh unit memo (``workers`` processes) when
+        ``enabled`` and exact for the model; yields that encoder (None: SentencePiece alone)."""
+        fast_plan = self.fast_plan[0] if enabled else None
+        if fast_plan is None:
+            yield None
+            return
+        self.fast = FastEncoder(fast_plan, best_dtype(self.vocab_size), workers, memo_entries, max_unit_chars)
+        try:
+            yield self.fast
+        finally:
+            self.fast.close()
+            self.fast = None
 
     def token_id(self, spec: str) -> int:
         """The id of a piece, or of ``id:N``; a piece missing from the model is an error, never ``<unk>``."""
@@ -178,11 +217,15 @@ class Tokenizer:
             yield np.asarray(self.sp.encode(piece), np.int32)
 
     def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """Encode ``texts``; return all ids concatenated (int32) and the per-text lengths (int64)."""
+        """Encode ``texts``; return all ids concatenated (int32, or the output dtype through the fast path)
+        and the per-text lengths (int64)."""
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         texts = list(texts)
-        if any(len(t) > LONG_CHARS for t in texts):
+        long = any(len(t) > LONG_CHARS for t in texts)
+        if self.fast is not None and not long:
+            return self.fast.encode_flat(texts)
+        if long:
             arrays = [
                 np.concatenate(list(self.encode_long(t)))
                 if len(t) > LONG_CHARS
@@ -476,8 +519,12 @@ def tokenize_file(
     *,
     workers: int = 1,
     batch_bytes: int = 4 << 20,
+    fast_encode: bool = DEFAULTS.fast_encode,
+    memo_entries: int = DEFAULTS.memo_entries,
+    memo_unit_chars: int = DEFAULTS.memo_unit_chars,
 ) -> dict[str, Any]:
-    """Tokenize one shard into ``{output_prefix}_{key}_document``; return (and write) its stats."""
+    """Tokenize one shard into ``{output_prefix}_{key}_document``; return (and write) its stats. With
+    ``fast_encode`` (and a model it is exact for) texts go through a unit memo (``fast_encode.py``)."""
     prefix = document_prefix(output_prefix, settings.json_key)
     splitter = MarkerSplitter(settings.markers) if settings.sft else None
     dtype = best_dtype(tokenizer.vocab_size)
@@ -487,6 +534,7 @@ def tokenize_file(
     plain = not input_path.endswith((".gz", ".zst"))
     with (
         Progress(f"tokenize {input_path}", os.path.getsize(input_path) if plain else None) as progress,
+        tokenizer.fast_encoding(fast_encode, workers, memo_entries, memo_unit_chars) as fast,
         IndexedDatasetBuilder(prefix, dtype) as builder,
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
@@ -533,6 +581,7 @@ def tokenize_file(
         # inside the block: a mismatch leaves no output
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
         run = progress.summary(docs_in, docs_out, sum(rejected.values()))
+        fast_stats = fast_summary(tokenizer, fast, fast_encode)
     stats = {
         "input": input_path,
         "output_prefix": prefix,
@@ -554,10 +603,26 @@ def tokenize_file(
         "bytes": text_bytes,
         "input_bytes": input_bytes,
         "long_document_unsafe_cuts": tokenizer.unsafe_cuts - unsafe_before,
+        "fast_encode": fast_stats,
         "run": run | {"workers": workers, "tokens_per_s": round(tokens / max(run["seconds"], 1e-9))},
     }
     write_json(prefix + ".stats.json", stats)
     return stats
+
+
+def fast_summary(tokenizer: Tokenizer, fast: FastEncoder | None, enabled: bool) -> dict[str, Any]:
+    """The fast path's stats (and one log line): whether it ran, and its memo's figures."""
+    if fast is None:
+        return {"enabled": False, "why": tokenizer.fast_plan[1] if enabled else "turned off"}
+    stats = fast.stats()
+    print(
+        f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
+        f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries "
+        f"({fast.workers} worker{'s' * (fast.workers > 1)})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return {"enabled": True, "plan": tokenizer.fast_plan[1], **stats}
 
 
 def _sha256(path: str) -> str:
@@ -600,5 +665,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolved,
         workers=opts.threads,
         batch_bytes=int(opts.batch_mb * (1 << 20)),
+        fast_encode=opts.fast_encode,
+        memo_entries=opts.memo_entries,
+        memo_unit_chars=opts.memo_unit_chars,
     )
     return 0

@@ -34,3 +34,6 @@ class TokenizeOptions:
     sft_markers: dict[str, str] = setting("tokenize", "sft_markers")
     threads: int = setting("tokenize", "threads", flags=("--workers",))
     batch_mb: float = setting("tokenize", "batch_mb")
+    fast_encode: bool = setting("tokenize", "fast_encode")
+    memo_entries: int = setting("tokenize", "memo_entries")
+    memo_unit_chars: int = setting("tokenize", "memo_unit_chars")
