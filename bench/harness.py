@@ -178,13 +178,22 @@ def compare(ours: str, ours_rate: float, baseline: str, base_rate: float, unit: 
     return ratio
 
 
-def _jsonable(value: object) -> str:
-    """Paths (in argparse namespaces) as strings, relative to the checkout when inside it (the results are
-    tracked: no machine's paths); anything else is an error."""
-    if isinstance(value, os.PathLike):
-        path = Path(value).resolve()
-        return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else os.fspath(value)
-    raise TypeError(f"not JSON serializable: {value!r}")
+def portable(path: str | os.PathLike[str]) -> str:
+    """A path as the tracked results may hold it: relative to the checkout when inside it, else only its
+    name (no machine's paths in tracked files)."""
+    resolved = Path(os.path.abspath(path))  # links kept: .venv/bin/python stays in the checkout
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else f"<outside>/{resolved.name}"
+
+
+def _portable_values(value: Any) -> Any:
+    """``value`` with every path (a PathLike, or a string that is an absolute path) made ``portable``."""
+    if isinstance(value, dict):
+        return {k: _portable_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable_values(v) for v in value]
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and os.path.isabs(value)):
+        return portable(value)
+    return value
 
 
 def write_results(name: str, results: dict[str, Any]) -> Path:
@@ -194,10 +203,10 @@ def write_results(name: str, results: dict[str, Any]) -> Path:
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "nproc": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
-        "command": shlex.join(sys.orig_argv),
-        "results": results,
+        "command": shlex.join(_portable_values(list(sys.orig_argv))),
+        "results": _portable_values(results),
     }
-    text = json.dumps(record, indent=2, sort_keys=True, default=_jsonable) + "\n"
+    text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=RESULTS)
