@@ -13,12 +13,13 @@ Steps (work dir bench/_work/tokenize_fast, git-ignored; corpus and model are reu
    in memory, in the CLI's 4 MB batches, with ``--workers`` threads (int lists and numpy output), and
    (c) the tokenize CLI end to end (read jsonl, write .bin/.idx) with ``--workers``, fast path on; the CLI
    with the fast path off once (``--no-plain`` skips it). Ratio = encode-only time / CLI time; the CPU
-   ratio (CPU seconds, the CLI's worker processes included) is what a busy shared machine shows best.
+   ratio (CPU seconds, all threads) is what a busy shared machine shows best.
 4. Identity: every document of the CLI's output equals ``sp.encode(text) + [EOD]``.
 5. (b) Megatron-LM ``tools/preprocess_data.py`` with the same model and workers (``SNAKEPACK_MEGATRON_GIT``,
    see bench_tokenize.py), its bytes compared with ours.
 6. Memory: the CLI's peak RSS (process tree) on a tenth of the corpus and on all of it.
-7. Profile: cProfile of the fast encoder in one process over the first 40 MB (where the time goes).
+7. Profile: cProfile of the fast encoder (one SentencePiece thread) over the first 40 MB (where the time
+   goes: the compiled memo's ``scan``/``emit``, SentencePiece on the missing units).
 
 Results are printed and written to bench/results/tokenize_fast.json.
 """
@@ -176,12 +177,12 @@ def profile(model: Path, batches: list[list[str]], mb: float) -> list[dict[str, 
     tokenizer = Tokenizer(model)
     plan, _ = tokenizer.fast_plan
     assert plan is not None
-    encoder = fast_encode.UnitEncoder(plan, np.dtype(np.uint16), 1_000_000, 64)
+    encoder = fast_encode.FastEncoder(plan, np.dtype(np.uint16), 1, 1_000_000, 64)
     take = max(1, int(mb / BATCH_MB))
     prof = cProfile.Profile()
     prof.enable()
     for batch in batches[:take]:
-        encoder.encode(batch)
+        encoder.encode_flat(batch)
     prof.disable()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)
@@ -279,7 +280,7 @@ def main() -> int:
             Path(f"{out / 'fast'}_text_document{ext}").read_bytes() == Path(meg_prefix + ext).read_bytes()
             for ext in (".bin", ".idx")
         )
-    res["profile_40mb_one_process"] = profile(model, batches, 40)
+    res["profile_40mb_one_thread"] = profile(model, batches, 40)
     print(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode())
     harness.write_results("tokenize_fast", {"args": vars(args), **res})
     return 0

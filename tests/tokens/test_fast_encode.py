@@ -199,33 +199,31 @@ def test_fast_ids_equal_sentencepiece(exact_model: bytes) -> None:
     plan, note = fe.plan(exact_model)
     assert plan is not None, note
     sp = spm.SentencePieceProcessor(model_proto=exact_model)
-    encoder = fe.UnitEncoder(plan, np.dtype(np.int32), max_entries=64, max_unit_chars=16)
+    encoder = fe.FastEncoder(plan, np.dtype(np.int32), 1, max_entries=64, max_unit_chars=16)
     docs = [t for t in texts(11) if t]
     for start in range(0, len(docs), 97):
         batch = docs[start : start + 97]
-        flat, lengths = encoder.encode(batch)
+        flat, lengths = encoder.encode_flat(batch)
         got = np.split(flat, np.cumsum(lengths)[:-1])
         for text, ids in zip(batch, got, strict=True):
             assert ids.tolist() == sp.encode(text), text
-    counters = encoder.counters()
-    assert counters["memo_entries"] <= 64 and counters["units_encoded"] < counters["units"]
+    stats = encoder.stats()
+    assert stats["memo_entries"] <= 64 and stats["units_encoded"] < stats["units"]
 
 
-def test_worker_processes_equal_sentencepiece() -> None:
-    """Two worker processes, each with its own small memo, over parts of every batch."""
+def test_threads_and_repeated_batches_equal_sentencepiece() -> None:
+    """Two SentencePiece threads for the missing units, every text seen twice, a small memo."""
     model = train(**ours("bpe"))
     plan, _ = fe.plan(model)
     assert plan is not None
     sp = spm.SentencePieceProcessor(model_proto=model)
     encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 2, max_entries=200, max_unit_chars=32)
-    try:
-        docs = [t for t in texts(12) if t] * 2
-        for start in range(0, len(docs), 150):
-            batch = docs[start : start + 150]
-            flat, lengths = encoder.encode_flat(batch)
-            assert [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] == sp.encode(batch)
-    finally:
-        encoder.close()
+    docs = [t for t in texts(12) if t] * 2
+    for start in range(0, len(docs), 150):
+        batch = docs[start : start + 150]
+        flat, lengths = encoder.encode_flat(batch)
+        assert flat.dtype == np.uint16
+        assert [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] == sp.encode(batch)
     assert 0 < encoder.stats()["hit_rate"] < 1
 
 
@@ -251,13 +249,64 @@ def test_model_options_read_from_the_proto() -> None:
 def test_memo_stays_bounded_on_unique_garbage() -> None:
     plan, _ = fe.plan(train(**ours("bpe")))
     assert plan is not None
-    encoder = fe.UnitEncoder(plan, np.dtype(np.uint16), max_entries=1000, max_unit_chars=64)
+    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 1, max_entries=1000, max_unit_chars=64)
     rng = random.Random(3)
     for _ in range(20):
         batch = [" ".join(f"{rng.getrandbits(40):x}" for _ in range(200)) for _ in range(10)]
-        encoder.encode(batch)
-        assert encoder.counters()["memo_entries"] <= 1000
-    assert encoder.counters()["units_encoded"] == encoder.counters()["units"] == 20 * 10 * 200
+        encoder.encode_flat(batch)
+        assert encoder.stats()["memo_entries"] <= 1000
+    assert encoder.stats()["units_encoded"] == encoder.stats()["units"] == 20 * 10 * 200
+
+
+def test_memo_batches_in_flight_and_texts_left_whole() -> None:
+    """Two batches scanned before either is emitted; a literal ``▁`` or a lone surrogate leaves the text to
+    SentencePiece whole; units over ``max_unit_chars`` (characters, not bytes) are not kept."""
+    memo = fe.UnitMemo(100, 3, False)
+    a = memo.scan(["x y", "y z\u2581", "a \ud800"])
+    b = memo.scan(["y x", ""])
+    assert (a.firsts, a.laters, b.laters) == ([], ["x", " y"], ["y", " x"])
+    with pytest.raises(RuntimeError, match="filled"):
+        memo.emit(a)
+    with pytest.raises(ValueError, match="1 id lists for 2 units"):
+        a.fill([], [[1]])
+    a.fill([], [[1], [2]])
+    b.fill([], [[3], [4, 5]])
+    ids, lengths, whole = memo.emit(a)
+    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([1, 2], [2, 0, 0], [1, 2])
+    ids, lengths, whole = memo.emit(b)
+    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([3, 4, 5], [3, 0], [])
+    with pytest.raises(RuntimeError, match="once"):
+        memo.emit(b)
+    c = memo.scan(["x y x", "éé  long"])
+    assert c.laters == ["éé", "  long"]
+    c.fill([], [[6], [7]])
+    assert list(_ints(memo.emit(c)[0], 4)) == [1, 2, 4, 5, 6, 7]
+    assert memo.counters() == {"units": 9, "units_encoded": 6, "docs_encoded_whole": 2, "memo_entries": 5}
+    with pytest.raises(TypeError, match="str"):
+        memo.scan([b"bytes"])
+
+
+def test_memo_first_units_apart() -> None:
+    """With a separate model for later units, a first unit that encodes to nothing while more units follow
+    leaves its text whole, whether it was missing or found."""
+    memo = fe.UnitMemo(100, 64, True)
+    batch = memo.scan([" a b", " c", " a"])
+    assert (batch.firsts, batch.laters) == ([" a", " c"], [" b"])
+    batch.fill([[], [7]], [[5]])
+    ids, lengths, whole = memo.emit(batch)
+    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([7], [0, 1, 0], [0])
+    again = memo.scan([" a b"])
+    again.fill([], [])
+    assert memo.emit(again)[2] == [0]
+
+
+def test_without_the_compiled_memo_the_plan_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fe, "UnitMemo", None)
+    assert fe.plan(train(**ours("bpe"))) == (None, fe.BUILD_NOTE)
+
+
+def _ints(data: bytes, size: int) -> np.ndarray:
+    return np.frombuffer(data, np.int32 if size == 4 else np.int64)
 
 
 @pytest.fixture(scope="module")

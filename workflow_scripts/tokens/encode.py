@@ -32,14 +32,14 @@ in pretraining mode the markers are only searched for.
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
 encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
 the GIL) and writes the tokens with the vectorised builder. With ``--fast-encode`` (the default) the batch
-goes through ``fast_encode.FastEncoder`` instead: ``workers`` processes, each encoding every distinct
-word-like unit once and looking the others up (the same ids; the stats' ``fast_encode`` gives the memo's
-hit rate and size, or why the model needs SentencePiece for every text). Memory is bounded by two batches
-plus the index arrays (12 bytes per document), whatever the shard size (and by ``--memo-entries`` per
-worker on the fast path). SentencePiece needs about 50 bytes a character, so a document over 4 Mi
-characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space after a
-non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is cut
-where it must and counted in the stats (``long_document_unsafe_cuts``).
+goes through ``fast_encode.FastEncoder`` instead: one compiled memo of word-like units, each distinct
+unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the
+stats' ``fast_encode`` gives the memo's hit rate and size, or why the model needs SentencePiece for every
+text). Memory is bounded by two batches plus the index arrays (12 bytes per document), whatever the shard
+size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a
+document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a
+space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a
+space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ class Tokenizer:
     def fast_encoding(
         self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
     ) -> Iterator[FastEncoder | None]:
-        """Within the block ``encode_flat`` goes through a fresh unit memo (``workers`` processes) when
-        ``enabled`` and exact for the model; yields that encoder (None: SentencePiece alone)."""
+        """Within the block ``encode_flat`` goes through a fresh unit memo (SentencePiece with ``workers``
+        threads for the units it lacks) when ``enabled`` and exact for the model; yields that encoder (None:
+        SentencePiece alone)."""
         fast_plan = self.fast_plan[0] if enabled else None
         if fast_plan is None:
             yield None
@@ -132,7 +133,6 @@ class Tokenizer:
         try:
             yield self.fast
         finally:
-            self.fast.close()
             self.fast = None
 
     def token_id(self, spec: str) -> int:
@@ -617,8 +617,7 @@ def fast_summary(tokenizer: Tokenizer, fast: FastEncoder | None, enabled: bool) 
     stats = fast.stats()
     print(
         f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
-        f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries "
-        f"({fast.workers} worker{'s' * (fast.workers > 1)})",
+        f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries",
         file=sys.stderr,
         flush=True,
     )

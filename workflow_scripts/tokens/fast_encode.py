@@ -1,40 +1,33 @@
-"""Fast encoding: each distinct unit of text is encoded once; the rest of the work is dict lookups.
+"""Fast encoding: each distinct unit of text is encoded once; the rest of the work is hash lookups.
 
 With ``split_by_whitespace`` a SentencePiece model never builds a piece across a word boundary (a ``▁``
 after a non-``▁``), so a document's ids are the concatenation of its units' ids, a unit being a run of
-spaces and the following non-spaces (``UNIT``; the first unit of a document as is). Each unit is encoded
+spaces and the following non-spaces (`` *[^ ]+| +``; the first unit of a document as is). Each unit is encoded
 once, with the model itself or a copy whose ``add_dummy_prefix`` equals ``remove_extra_whitespaces`` (so
 that a unit alone normalizes as inside the text: with ``remove_extra_whitespaces`` its leading spaces
 collapse into the one ``▁`` the dummy prefix adds, without it they are kept and nothing is added); the
-first unit of a document, keyed apart, always with the model itself. Splitting, lookups and joining are C
-loops (``re.findall``, ``map(dict.get)``, ``b"".join`` of int bytes); the missing units of a batch are
-encoded in one SentencePiece call. Units longer than ``max_unit_chars`` (text without spaces) are encoded
-but not kept. The memo holds at most ``max_entries`` units in two generations: when the young one is full
-it becomes the old one (the previous old one is dropped) and old units found again move back.
+first unit of a document, keyed apart, always with the model itself. Splitting, hashing, lookups and
+joining are compiled (``_unitmemo.c``, built by ``pip install``): no Python object per unit; the missing
+units of a batch are encoded in one SentencePiece call with all threads. Units longer than
+``max_unit_chars`` (text without spaces) are encoded but not kept. The memo holds at most ``max_entries``
+units in two generations: when the young one is full it becomes the old one (the previous old one is
+dropped) and old units found again move back.
 
 ``plan`` decides from the model proto whether this is exact, and falls back (with the reason) when it is
 not: ``split_by_whitespace`` off, ``treat_whitespace_as_suffix``, unescaped whitespace, a unigram model
 (its Viterbi breaks ties between equal-score segmentations by the float rounding of the score of the text
 before, which a unit alone cannot reproduce), a piece with a space or an inner ``▁``, no ``▁`` piece, a
 normalizer (character map) that can create or remove spaces next to whitespace-only pieces without
-``remove_extra_whitespaces``, or a mismatch on the built-in probe texts. A document holding a literal
-``▁`` (which SentencePiece reads as a space), or whose first unit normalizes to nothing when the two
-models differ, is encoded whole.
-
-``FastEncoder`` runs ``workers`` processes, each with its own memo, over parts of every batch (one memo
-in this process for one worker).
+``remove_extra_whitespaces``, a mismatch on the built-in probe texts, or the compiled memo not built. A
+document holding a literal ``▁`` (which SentencePiece reads as a space), or whose first unit normalizes to
+nothing when the two models differ, is encoded whole.
 """
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import operator
-import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,11 +35,14 @@ import sentencepiece as spm
 
 from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
 
-UNIT = re.compile(r" *[^ ]+| +")
-FIRST = "\x00"  # key prefix of a document's first unit (later units start with a space)
+try:
+    from workflow_scripts.tokens._unitmemo import UnitMemo
+except ImportError:  # a checkout used without `pip install -e .` (or by another Python)
+    UnitMemo = None
+
 SPACE = "\u2581"
 UNIGRAM = 1  # TrainerSpec.model_type
-PARTS = 4  # parts of a batch per worker process
+BUILD_NOTE = "the compiled unit memo (workflow_scripts/tokens/_unitmemo.c) is not built: pip install -e ."
 INNER_SPACE = re.compile(f"[^{SPACE}]{SPACE}| ")
 PROBES = (
     "Hello world",
@@ -79,7 +75,9 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     opts = read_options(model)
     sp = spm.SentencePieceProcessor(model_proto=model)
     why = ""
-    if not opts.split_by_whitespace:
+    if UnitMemo is None:
+        why = BUILD_NOTE
+    elif not opts.split_by_whitespace:
         why = "split_by_whitespace is off"
     elif opts.treat_whitespace_as_suffix:
         why = "treat_whitespace_as_suffix is on"
@@ -102,8 +100,7 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     if opts.add_dummy_prefix != opts.remove_extra_whitespaces:
         units_model = with_dummy_prefix(model, opts.remove_extra_whitespaces)
     result = Plan(model, units_model)
-    probe = UnitEncoder(result, np.dtype(np.int32), 1 << 10, 64)
-    flat, lengths = probe.encode(PROBES)
+    flat, lengths = FastEncoder(result, np.dtype(np.int32), 1, 1 << 10, 64).encode_flat(PROBES)
     expected = [np.asarray(ids, np.int32) for ids in sp.encode(list(PROBES))]
     for text, got, want in zip(PROBES, np.split(flat, np.cumsum(lengths)[:-1]), expected, strict=True):
         if not np.array_equal(got, want):
@@ -113,213 +110,40 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     return result, f"later units with add_dummy_prefix {'on' if opts.remove_extra_whitespaces else 'off'}"
 
 
-@dataclass
-class Pending:
-    """A batch between ``UnitEncoder.prepare`` and ``finish``: its units, those found, those to encode."""
+class FastEncoder:
+    """Encodes batches through one unit memo (``_unitmemo.UnitMemo``); the missing units of a batch go to
+    SentencePiece in one call with ``threads`` threads. Ids come out as ``dtype``."""
 
-    texts: Sequence[str]
-    per_doc: list[list[str]]
-    flat: list[str]
-    vals: list[bytes | None]
-    whole: list[int]  # documents encoded whole
-    todo: list[str] = field(default_factory=list)  # units for SentencePiece
-    found: dict[str, bytes] = field(default_factory=dict)  # units from the old generation
-    encoded: list[bytes] = field(default_factory=list)  # ids of ``todo``
-    whole_ids: list[bytes] = field(default_factory=list)  # ids of the ``whole`` documents
-
-
-class UnitEncoder:
-    """Encodes texts through a memo of unit ids (``dtype`` bytes); counts units and those encoded.
-
-    ``encode`` is ``prepare`` (split and look up), ``encode_missing`` (SentencePiece alone) and ``finish``
-    (memo update, ids joined)."""
-
-    def __init__(self, plan: Plan, dtype: np.dtype, max_entries: int, max_unit_chars: int) -> None:
+    def __init__(
+        self, plan: Plan, dtype: np.dtype, threads: int, max_entries: int, max_unit_chars: int
+    ) -> None:
+        assert UnitMemo is not None, BUILD_NOTE
         self.sp = spm.SentencePieceProcessor(model_proto=plan.model)
         self.units_sp = spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else None
         self.dtype = np.dtype(dtype)
-        self.generation = max(1, max_entries // 2)
-        self.max_unit_chars = max_unit_chars
-        self.memo: dict[str, bytes] = {}
-        self.old: dict[str, bytes] = {}
-        self.units = self.encoded = self.direct = 0
-
-    def counters(self) -> dict[str, int]:
-        """Units looked up, units encoded by SentencePiece, documents encoded whole, and memo entries."""
-        return {
-            "units": self.units,
-            "units_encoded": self.encoded,
-            "docs_encoded_whole": self.direct,
-            "memo_entries": len(self.memo) + len(self.old),
-        }
-
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """All ids of ``texts`` concatenated (``dtype``) and the per-text lengths (int64)."""
-        pending = self.prepare(texts)
-        self.encode_missing(pending)
-        return self.finish(pending)
-
-    def prepare(self, texts: Sequence[str]) -> Pending:
-        """Split ``texts`` into units and look them up."""
-        whole = [i for i, text in enumerate(texts) if SPACE in text]  # SentencePiece reads a ``▁`` as a space
-        per_doc = list(map(UNIT.findall, texts))
-        for i in whole:
-            per_doc[i] = []
-        if self.units_sp is not None:
-            for units in per_doc:
-                if units:
-                    units[0] = FIRST + units[0]
-        flat = list(itertools.chain.from_iterable(per_doc))
-        vals = list(map(self.memo.get, flat))
-        self.units += len(flat)
-        pending = Pending(texts, per_doc, flat, vals, whole)
-        if None in vals:
-            missing = set(itertools.compress(flat, map(operator.is_, vals, itertools.repeat(None))))
-            if self.old:
-                pending.found = {k: v for k in missing if (v := self.old.get(k)) is not None}
-                missing.difference_update(pending.found)
-            pending.todo = list(missing)
-            self.encoded += len(pending.todo)
-        return pending
-
-    def encode_missing(self, pending: Pending) -> None:
-        """Encode the batch's missing units and whole documents."""
-        todo = pending.todo
-        if self.units_sp is None:
-            pending.encoded = self._encode(self.sp, todo)
-        else:
-            firsts = [k[1:] for k in todo if k[0] == FIRST]
-            later = [k for k in todo if k[0] != FIRST]
-            first_ids, later_ids = (
-                iter(self._encode(self.sp, firsts)),
-                iter(self._encode(self.units_sp, later)),
-            )
-            pending.encoded = [next(first_ids) if k[0] == FIRST else next(later_ids) for k in todo]
-        pending.whole_ids = self._encode(self.sp, [pending.texts[i] for i in pending.whole])
-
-    def finish(self, pending: Pending) -> tuple[np.ndarray, np.ndarray]:
-        """Remember the batch's new units and join its ids."""
-        new = pending.found
-        new.update(zip(pending.todo, pending.encoded, strict=True))
-        vals = pending.vals
-        if new:
-            vals = list(map(new.get, pending.flat, vals))
-            self._remember(new)
-        counts = list(map(len, pending.per_doc))
-        rest = iter(vals)
-        docs = [b"".join(itertools.islice(rest, n)) for n in counts]  # type: ignore[arg-type]
-        whole = dict(zip(pending.whole, pending.whole_ids, strict=True))
-        if self.units_sp is not None:
-            for d in self._first_units_empty(counts, vals):  # type: ignore[arg-type]
-                whole[d] = np.asarray(self.sp.encode(pending.texts[d]), self.dtype).tobytes()
-        for d, ids in whole.items():
-            docs[d] = ids
-        self.direct += len(whole)
-        lengths = np.fromiter(map(len, docs), np.int64, len(docs)) // self.dtype.itemsize
-        return np.frombuffer(b"".join(docs), self.dtype), lengths
-
-    @staticmethod
-    def _first_units_empty(counts: list[int], vals: list[bytes]) -> list[int]:
-        """The documents whose first unit normalizes to nothing: the model then adds or strips the next
-        unit's space, which that unit alone cannot know; they are encoded whole."""
-        found = []
-        pos = 0
-        for d, n in enumerate(counts):
-            if n > 1 and not vals[pos]:
-                found.append(d)
-            pos += n
-        return found
-
-    def _remember(self, new: dict[str, bytes]) -> None:
-        """Keep the new units not over ``max_unit_chars``; a full young generation becomes the old one."""
-        keep = {k: v for k, v in new.items() if len(k) <= self.max_unit_chars}
-        if len(self.memo) + len(keep) > self.generation:
-            self.old, self.memo = self.memo, {}
-            if len(keep) > self.generation:
-                keep = dict(itertools.islice(keep.items(), self.generation))
-        self.memo.update(keep)
-
-    def _encode(self, sp: spm.SentencePieceProcessor, texts: list[str]) -> list[bytes]:
-        """The ids of each text as ``dtype`` bytes (one SentencePiece call)."""
-        if not texts:
-            return []
-        ids = sp.encode(texts, num_threads=1)
-        lengths = list(map(len, ids))
-        buf = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, sum(lengths)).tobytes()
-        ends = list(itertools.accumulate(n * self.dtype.itemsize for n in lengths))
-        return list(map(buf.__getitem__, map(slice, [0, *ends[:-1]], ends)))
-
-
-_WORKER: UnitEncoder | None = None
-
-
-def _start_worker(plan: Plan, dtype: str, max_entries: int, max_unit_chars: int) -> None:
-    global _WORKER
-    _WORKER = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
-
-
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray, int, dict[str, int]]:
-    assert _WORKER is not None
-    flat, lengths = _WORKER.encode(texts)
-    return flat, lengths, os.getpid(), _WORKER.counters()
-
-
-class FastEncoder:
-    """Encodes batches with ``workers`` processes, each with its own memo, over ``PARTS_PER_WORKER`` parts
-    of every batch per worker (so that a slow part does not leave the others idle); in this process for
-    one worker."""
-
-    def __init__(
-        self, plan: Plan, dtype: np.dtype, workers: int, max_entries: int, max_unit_chars: int
-    ) -> None:
-        self.workers = workers
-        self.pool: ProcessPoolExecutor | None = None
-        self.local: UnitEncoder | None = None
-        if workers > 1:
-            args = (plan, np.dtype(dtype).str, max_entries, max_unit_chars)
-            context = multiprocessing.get_context("spawn")  # the reader thread is running: no fork
-            self.pool = ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=args)
-        else:
-            self.local = UnitEncoder(plan, np.dtype(dtype), max_entries, max_unit_chars)
-        self._counters: dict[int, dict[str, int]] = {}
+        self.threads = threads
+        self.memo = UnitMemo(max_entries, max_unit_chars, self.units_sp is not None)
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Like ``Tokenizer.encode_flat``: all ids concatenated and the per-text lengths."""
-        if self.local is not None:
-            result = self.local.encode(texts)
-            self._counters[0] = self.local.counters()
-            return result
-        assert self.pool is not None
-        flats, lengths = [], []
-        for flat, lens, pid, counters in self.pool.map(
-            _encode_in_worker, _parts(texts, self.workers * PARTS)
-        ):
-            flats.append(flat)
-            lengths.append(lens)
-            self._counters[pid] = counters
-        if not flats:
-            return np.empty(0, np.int32), np.empty(0, np.int64)
-        return np.concatenate(flats), np.concatenate(lengths)
+        """All ids of ``texts`` concatenated (``dtype``) and the per-text lengths (int64)."""
+        batch = self.memo.scan(texts)
+        batch.fill(self._encode(self.sp, batch.firsts), self._encode(self.units_sp or self.sp, batch.laters))
+        ids, lengths, whole = self.memo.emit(batch)
+        flat, lens = np.frombuffer(ids, np.int32), np.frombuffer(lengths, np.int64)
+        if whole:
+            docs = np.split(flat, np.cumsum(lens)[:-1])
+            for d, doc in zip(whole, self._encode(self.sp, [texts[d] for d in whole]), strict=True):
+                docs[d] = np.asarray(doc, np.int32)
+            lens = np.fromiter(map(len, docs), np.int64, len(docs))
+            flat = np.concatenate(docs) if docs else flat
+        return flat.astype(self.dtype), lens
 
     def stats(self) -> dict[str, Any]:
-        """``UnitEncoder.counters`` summed over the workers, and the hit rate: the share of units found in
-        the memo (each distinct unit is encoded once while the memo keeps it, whatever the batches)."""
-        total = dict.fromkeys(("units", "units_encoded", "docs_encoded_whole", "memo_entries"), 0)
-        for counters in self._counters.values():
-            for key, value in counters.items():
-                total[key] += value
+        """Units looked up, units encoded by SentencePiece, documents encoded whole, memo entries, and the
+        hit rate: the share of units found in the memo (each distinct unit is encoded once while the memo
+        keeps it, whatever the batches)."""
+        total = self.memo.counters()
         return {**total, "hit_rate": round(1 - total["units_encoded"] / max(total["units"], 1), 4)}
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-
-def _parts(texts: Sequence[str], n: int) -> list[list[str]]:
-    """``texts`` cut into at most ``n`` runs of about equal characters (in order, none empty)."""
-    ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
-    if not len(ends):
-        return []
-    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="right")
-    bounds = [0, *sorted(set(cuts.tolist())), len(texts)]
-    return [list(texts[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+    def _encode(self, sp: spm.SentencePieceProcessor, texts: list[str]) -> list[list[int]]:
+        return sp.encode(texts, num_threads=self.threads) if texts else []
