@@ -282,6 +282,8 @@ static int push_hole(UnitBatch *b, uint32_t entry) {
 }
 
 static int push_ids(UnitBatch *b, const int32_t *ids, size_t nids) {
+    if (!nids)
+        return 0;
     if (grow((void **)&b->out, &b->out_cap, b->out_len + nids, sizeof(int32_t)) < 0)
         return -1;
     memcpy(b->out + b->out_len, ids, nids * sizeof(int32_t));
@@ -385,26 +387,29 @@ static PyObject *memo_scan(UnitMemo *m, PyObject *texts) {
         PyErr_SetString(PyExc_RuntimeError, "UnitMemo used by two threads at once");
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(texts, "texts must be a sequence of str");
+    PyObject *seq = PySequence_Tuple(texts); /* the texts' UTF-8 stays alive while the GIL is released */
     if (!seq)
         return NULL;
-    size_t count = (size_t)PySequence_Fast_GET_SIZE(seq);
+    size_t count = (size_t)PyTuple_GET_SIZE(seq);
     UnitBatch *b = PyObject_New(UnitBatch, &UnitBatchType);
+    if (!b) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    memset((char *)b + sizeof(PyObject), 0, sizeof(UnitBatch) - sizeof(PyObject));
     Text *utf8 = calloc(count + 1, sizeof(Text));
-    if (!b || !utf8) {
-        Py_XDECREF(b);
-        free(utf8);
+    if (!utf8) {
+        Py_DECREF(b);
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    memset((char *)b + sizeof(PyObject), 0, sizeof(UnitBatch) - sizeof(PyObject));
     b->docs = count;
     b->doc_out = calloc(count + 1, sizeof(size_t));
     b->doc_hole = calloc(count + 1, sizeof(size_t));
     b->doc_flags = calloc(count + 1, 1);
     int failed = !b->doc_out || !b->doc_hole || !b->doc_flags;
     for (size_t d = 0; d < count && !failed; d++) {
-        PyObject *text = PySequence_Fast_GET_ITEM(seq, d);
+        PyObject *text = PyTuple_GET_ITEM(seq, d);
         if (!PyUnicode_Check(text)) {
             PyErr_SetString(PyExc_TypeError, "texts must be str");
             goto error;
@@ -595,12 +600,14 @@ static PyObject *memo_emit(UnitMemo *m, PyObject *arg) {
         size_t start = w, pos = b->doc_out[d];
         for (size_t h = b->doc_hole[d]; h <= b->doc_hole[d + 1]; h++) {
             size_t upto = h < b->doc_hole[d + 1] ? b->holes[h].out_pos : b->doc_out[d + 1];
-            memcpy(out + w, b->out + pos, (upto - pos) * sizeof(int32_t));
+            if (upto > pos)
+                memcpy(out + w, b->out + pos, (upto - pos) * sizeof(int32_t));
             w += upto - pos;
             pos = upto;
             if (h < b->doc_hole[d + 1]) {
                 const Entry *en = &b->table.entries[b->holes[h].entry];
-                memcpy(out + w, entry_ids(&b->table, en), en->ids_len * sizeof(int32_t));
+                if (en->ids_len)
+                    memcpy(out + w, entry_ids(&b->table, en), en->ids_len * sizeof(int32_t));
                 w += en->ids_len;
             }
         }
