@@ -7,10 +7,11 @@ import random
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 import sentencepiece as spm
 
-from tests.utils import write_jsonl
+from tests.utils import Workflow, write_jsonl
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import encode as tok
 from workflow_scripts.tokens import fast_encode as fe
@@ -354,3 +355,26 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     assert 0 < fast_stats["hit_rate"] < 1 and fast_stats["memo_entries"] > 0
     ds = IndexedDataset(tok.document_prefix(str(tmp_path / "plain")))
     assert ds.num_documents == stats["docs_out"] > 0
+
+
+def test_sample_ids_equal_sentencepiece(sample_run: Workflow) -> None:
+    """Every document the embedded sample's run tokenized, through the fast path, is ``sp.encode`` + EOD."""
+    root = sample_run.root
+    checked = units = encoded = 0
+    for stats_path in sorted((root / "results" / "tokenized").glob("*_text_document.stats.json")):
+        stats = orjson.loads(stats_path.read_bytes())
+        fast = stats["fast_encode"]
+        assert fast["enabled"], stats_path
+        units, encoded = units + fast["units"], encoded + fast["units_encoded"]
+        sp = spm.SentencePieceProcessor(model_file=str(root / stats["tokenizer_model"]))
+        quarantine = Path(stats["output_prefix"] + ".quarantine.jsonl")
+        rejected = {orjson.loads(r)["line"] for r in (root / quarantine).read_bytes().splitlines()}
+        lines = (root / stats["input"]).read_bytes().splitlines()
+        kept = [raw for n, raw in enumerate(lines, 1) if raw.strip() and n not in rejected]
+        texts = [orjson.loads(raw)["text"] for raw in kept]
+        ds = IndexedDataset(str(root / stats["output_prefix"]))
+        assert ds.num_documents == len(texts) == stats["docs_out"]
+        for i, ids in enumerate(sp.encode(texts)):
+            assert ds.document(i).tolist() == [*ids, stats["eod_id"]], (stats_path, i)
+        checked += len(texts)
+    assert checked > 1000 and encoded < units / 2  # the memo served most units
