@@ -152,7 +152,10 @@ def encode_only(model: Path, batches: list[list[str]], workers: int, out_type: A
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
-def tokenize_cli(shard: Path, model: Path, prefix: Path, workers: int) -> Measured:
+def tokenize_cli(
+    shard: Path, model: Path, prefix: Path, workers: int, *extra: str, eod: str = "</s>"
+) -> Measured:
+    """Our tokenize CLI on ``shard`` (EOD appended), timed, with its peak RSS; ``extra`` options last."""
     cmd = harness.cli(
         "tokenize",
         "--input",
@@ -163,11 +166,12 @@ def tokenize_cli(shard: Path, model: Path, prefix: Path, workers: int) -> Measur
         model,
         "--append-eod",
         "--eod-piece",
-        "</s>",
+        eod,
         "--workers",
         workers,
         "--batch-mb",
         BATCH_MB,
+        *extra,
     )
     return harness.run_child(cmd, sample_rss=True, cwd=harness.ROOT)
 

@@ -61,7 +61,7 @@ PACKAGES = [
 ]
 SKIP = (".png", ".gif", ".svg", ".xpm", ".css", ".js", ".dat", ".jpg", ".ico", ".woff", ".ttf", ".pdf", ".u8")
 TAG = re.compile(r"<[^>]+>")
-BATCH_MB = 4.0
+BATCH_MB = bench_tokenize.BATCH_MB  # the batches of the encode-only baseline and of the CLI
 EOD = "<|endoftext|>"
 
 
@@ -131,24 +131,7 @@ def train_model(corpus: Path) -> Path:
 
 
 def tokenize_cli(shard: Path, model: Path, prefix: Path, workers: int, *extra: str) -> Measured:
-    cmd = harness.cli(
-        "tokenize",
-        "--input",
-        shard,
-        "--output-prefix",
-        prefix,
-        "--tokenizer-model",
-        model,
-        "--append-eod",
-        "--eod-piece",
-        EOD,
-        "--workers",
-        workers,
-        "--batch-mb",
-        BATCH_MB,
-        *extra,
-    )
-    return harness.run_child(cmd, sample_rss=True, cwd=harness.ROOT)
+    return bench_tokenize.tokenize_cli(shard, model, prefix, workers, *extra, eod=EOD)
 
 
 def check_identity(prefix: Path, model: Path, batches: list[list[str]], workers: int) -> dict[str, Any]:
