@@ -17,7 +17,8 @@ RUN = ("--profile", "profiles/local", "--cores", "2")
 
 def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
     """What the trainers leave after training the first two packs: Slurm segment records (the second pack
-    in two segments, its second one retried) and the reference trainer's loss curve and evaluations."""
+    in two segments, its second one retried) and their curve (the second pack's losses, one evaluation and
+    one skipped), and the reference trainer's loss curve and evaluations (the first pack)."""
     first, second = plan["packs"][:2]
     segments = [
         (first, 0, first["train_iters"], "1001", 0),
@@ -42,6 +43,14 @@ def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
             "attempt": 1 + retries,
         }
         write_json(train_dir / pack["name"] / "segments" / f"{i}.json", record)
+    offset, end = second["iteration_offset"], second["iteration_offset"] + second["train_iters"]
+    curve = [f"{it},{second['name']},1,6.5\n" for it in range(offset + 1, end + 1)]
+    (train_dir / "loss.csv").write_text("iteration,pack,segment,loss\n" + "".join(curve))
+    (train_dir / "evals.csv").write_text(
+        "pack,segment,checkpoint,iteration,valid_loss,valid_ppl,samples,skipped\n"
+        f"{second['name']},1,global_step{end},{end},6.9,992.3,8,\n"
+        f"{second['name']},2,global_step{end},{end},,,,no new checkpoint\n"
+    )
     reference = train_dir / "reference" / first["name"]
     reference.mkdir(parents=True)
     lines = ["iteration,loss,lr,tokens_per_s"]

@@ -112,9 +112,13 @@ def test_training_charts_read_the_records(sample_run: Workflow, tmp_path: Path) 
     assert timeline["retries"].tolist() == [0, 0, 1]
     assert timeline["start_hours"].tolist() == pytest.approx([0, 600 / 3600, 1260 / 3600], abs=1e-6)
     loss = pd.read_csv(tmp_path / "out" / "loss.csv")
-    first = plan["packs"][0]
-    assert len(loss[loss["kind"] == "train"]) == first["train_iters"]
-    assert loss[loss["kind"] == "validation"]["loss"].tolist() == [8.5]
+    first, second = plan["packs"][:2]
+    train = loss[loss["kind"] == "train"]
+    assert train.groupby("pack").size().to_dict() == {
+        first["name"]: first["train_iters"],  # the reference trainer's curve
+        second["name"]: second["train_iters"],  # the Slurm segments' curve
+    }
+    assert loss[loss["kind"] == "validation"]["loss"].tolist() == [8.5, 6.9]
     assert loss[loss["kind"] == "segment train"]["loss"].tolist() == [7.0, 6.0, 5.0]
 
 

@@ -20,7 +20,7 @@ from workflow_scripts.train.settings import TrainSettings
 
 # Resumes from `latest`, trains to the next multiple of exit_interval (local) or the end, saves every
 # `save_every` global steps and at its exit, and on SIGUSR1/SIGTERM saves and exits 0 -- the contract of
-# train.launch. Prints GPT-NeoX-style lines. FAIL_AT makes it crash at a global step.
+# train.launch. Prints GPT-NeoX-style lines (loss LOSS_SCALE / step). FAIL_AT makes it crash at a global step.
 STAND_IN = textwrap.dedent(
     """
     import os, signal, sys, time, yaml
@@ -47,7 +47,8 @@ STAND_IN = textwrap.dedent(
         step = offset + local
         if os.environ.get("FAIL_AT") == str(step):
             sys.exit(3)
-        print(f" iteration {step:>8}/{offset + iters} | lm_loss: {10 / step:.4E} |", flush=True)
+        scale = float(os.environ.get("LOSS_SCALE", "10"))
+        print(f" iteration {step:>8}/{offset + iters} | lm_loss: {scale / step:.4E} |", flush=True)
         if step % 4 == 0 or local == iters or local % exit_interval == 0 or stop:
             save(step)
         if stop or local % exit_interval == 0:
@@ -160,15 +161,39 @@ def test_the_watchdog_stops_the_trainer_before_the_time_limit(pack, monkeypatch)
     assert 10 < read_json(record)["last_step"] < 20
 
 
-def test_failures_leave_no_record(pack):
-    for env, k, n, why in [
+def test_failures_leave_no_record_but_an_attempt(pack):
+    failures = [
         ({"FAIL_AT": "12"}, 0, 4, "the trainer exited with 3"),
         ({}, 0, 1, "its last segment (1) ended before the pack's end (latest is global_step20 of 35)"),
-    ]:
+    ]
+    for env, k, n, why in failures:
         proc = run_segment(pack, k, n, env)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 2 and why in out, out
         assert not (pack["dir"] / "segments" / f"{k}.json").exists()
+    exits = sorted(read_json(p)["exit"] for p in (pack["dir"] / "segments" / "attempts").glob("0.*.json"))
+    assert len(exits) == 2 and all(any(why in e for e in exits) for *_, why in failures), exits
+
+
+def test_the_curve_takes_a_killed_attempts_iterations(pack):
+    proc = run_segment(pack, 0, 4, {"FAIL_AT": "15"})
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    (killed,) = map(read_json, (pack["dir"] / "segments" / "attempts").glob("0.*.json"))
+    assert "the trainer exited with 3; latest is global_step12" in killed["exit"]
+    assert [step for step, _ in killed["losses"]] == [11, 12, 13, 14] and killed["last_step"] == 12
+    paths = []
+    for k in range(4):
+        segment_ok(pack, k, 4, {"LOSS_SCALE": "20"})  # the retry resumes from global_step12
+        paths.append(str(pack["dir"] / "segments" / f"{k}.json"))
+    out_dir = pack["dir"] / "curve"
+    assert curve.main(["--out-dir", str(out_dir), "--segments", *paths]) == 0
+    rows = [line.split(",") for line in (out_dir / "loss.csv").read_text().splitlines()[1:]]
+    assert [int(r[0]) for r in rows] == list(range(11, 36))
+    losses = {int(r[0]): float(r[3]) for r in rows}
+    assert losses[12] == pytest.approx(10 / 12, rel=1e-4)  # trained only by the killed attempt
+    assert losses[13] == pytest.approx(20 / 13, rel=1e-4)  # lost by the crash, trained again by the retry
+    assert read_json(out_dir / "stats.json")["failed_attempts"] == 1
 
 
 def test_finetune_is_turned_off_once_the_run_has_its_own_checkpoint(pack):

@@ -193,6 +193,9 @@ def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster,
     assert 16 in read_json(train / "main_1" / "retention" / "1.json")["deleted"]
     loss = (train / "loss.csv").read_text().splitlines()
     assert int(loss[-1].split(",")[0]) == 20 and (train / "loss.png").stat().st_size > 0
+    # the cancelled attempt left its iterations (segments/attempts/): the curve has every step of main_1
+    assert [int(row.split(",")[0]) for row in loss[1:] if ",main_1," in row] == list(range(5, 21))
+    assert read_json(train / "stats.json")["failed_attempts"] == 1
     assert "Nothing to be done" in wf.ok(*SLURM, "-n", "train", *ARGS)
 
 

@@ -4,8 +4,9 @@ retries).
 
 Reads what the trainers leave under ``train/``: the Slurm segment records ``{pack}/segments/*.json`` (pack,
 segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter, train_loss,
-valid_loss, exit, retries) and the reference trainer's ``reference/{pack}/loss.csv``, ``eval.jsonl`` and
-``segments/*.json``. Missing files leave their chart out.
+valid_loss, exit, retries) and their curve (``loss.csv``: every iteration's loss, killed attempts' included;
+``evals.csv``: each checkpoint's validation loss), and the reference trainer's ``reference/{pack}/loss.csv``,
+``eval.jsonl`` and ``segments/*.json``. Missing files leave their chart out.
 """
 
 from __future__ import annotations
@@ -74,15 +75,29 @@ def segments(paths: list[str]) -> pd.DataFrame:
 
 
 def losses(paths: list[str]) -> pd.DataFrame:
-    """The reference trainer's loss per global iteration and its evaluations, one row each."""
+    """The loss per global iteration and the evaluations, one row each: the Slurm segments' curve and the
+    reference trainer's."""
     frames = []
     for path in paths:
         pack = os.path.basename(os.path.dirname(path))
         if path.endswith("loss.csv"):
             rows = pd.read_csv(path)
+            packs = rows.get("pack", pack)  # the segments' curve names each row's pack
             frames.append(
                 pd.DataFrame(
-                    {"pack": pack, "kind": "train", "iteration": rows["iteration"], "loss": rows["loss"]}
+                    {"pack": packs, "kind": "train", "iteration": rows["iteration"], "loss": rows["loss"]}
+                )
+            )
+        elif path.endswith("evals.csv"):
+            rows = pd.read_csv(path).dropna(subset=["valid_loss"])
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "pack": rows["pack"],
+                        "kind": "validation",
+                        "iteration": rows["iteration"],
+                        "loss": rows["valid_loss"],
+                    }
                 )
             )
         elif path.endswith("eval.jsonl"):

@@ -7,8 +7,9 @@ Usage (the train_curve rule's command)::
 
 Writes, under ``--out-dir``:
 
-- ``loss.csv``: ``iteration,pack,segment,loss`` on one global-iteration axis (a step trained twice, by a
-  killed attempt and its retry, appears once: the records only hold finished segments),
+- ``loss.csv``: ``iteration,pack,segment,loss`` on one global-iteration axis, from each segment's attempts
+  (``attempts/`` beside its record, same config) and its record: a killed attempt's iterations are there,
+  and a step trained twice (lost by a crash, trained again by the retry) has the later attempt's loss,
 - ``evals.csv``: one row per evaluated checkpoint (``pack,segment,checkpoint,iteration,valid_loss,...``),
 - ``segments.csv``: one row per segment (steps, Slurm job id, nodes, wall time, s/iter, exit),
 - ``loss.png``: the training loss and the checkpoints' validation losses, packs shaded (matplotlib),
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import io
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,25 @@ def plot(path: Path, losses: list[dict[str, Any]], evals: list[dict[str, Any]]) 
     plt.close(fig)
 
 
+def attempts(record_path: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of a segment with the record's config that did not write the record, in the order they
+    started, then the record."""
+    folder = os.path.join(glob.escape(os.path.dirname(record_path)), "attempts")
+    runs = [read_json(p) for p in glob.glob(os.path.join(folder, f"{record['segment']}.*.json"))]
+    runs = [r for r in runs if r != record and r.get("config_sha256") == record.get("config_sha256")]
+    return [*sorted(runs, key=lambda r: r["started"]), record]
+
+
+def loss_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per global step trained, the last run's loss where runs overlap, in step order."""
+    rows: dict[int, dict[str, Any]] = {}
+    for run in runs:
+        for step, loss in run["losses"]:
+            if step > run["first_step"]:
+                rows[step] = {"iteration": step, "pack": run["pack"], "segment": run["segment"], "loss": loss}
+    return [rows[step] for step in sorted(rows)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", required=True)
@@ -99,13 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out_dir)
     records = [read_json(p) for p in args.segments]
+    runs = [attempts(path, record) for path, record in zip(args.segments, records, strict=True)]
     evals = sorted((read_json(p) for p in args.evals), key=lambda e: (e["iteration"], e["pack"]))
-    losses = [
-        {"iteration": step, "pack": r["pack"], "segment": r["segment"], "loss": loss}
-        for r in records
-        for step, loss in r["losses"]
-        if r["first_step"] < step <= r["last_step"]
-    ]
+    losses = loss_rows([run for segment_runs in runs for run in segment_runs])
     write_csv(out / "loss.csv", ("iteration", "pack", "segment", "loss"), losses)
     write_csv(out / "evals.csv", EVAL_COLUMNS, evals)
     write_csv(out / "segments.csv", SEGMENT_COLUMNS, records)
@@ -120,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "first_step": min((r["first_step"] for r in records), default=None),
         "last_step": max((r["last_step"] for r in records), default=None),
         "loss_points": len(losses),
+        "failed_attempts": sum(len(segment_runs) - 1 for segment_runs in runs),
         "evaluations": sum(1 for e in evals if e.get("valid_loss") is not None),
         "evaluations_skipped": sum(1 for e in evals if e.get("skipped")),
         "wall_seconds": round(sum(r["wall_seconds"] for r in records), 3),

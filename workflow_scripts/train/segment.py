@@ -18,8 +18,10 @@ The record (JSON) says what the segment did, from the checkpoint folder and the 
 steps before and after, the checkpoint tag, whether the pack is finished, Slurm job id and nodes, wall
 time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the
 retry resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or
-when it is the pack's last segment and the pack is not finished. A segment that finds the pack finished
-runs the trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
+when it is the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its
+record as an attempt, ``attempts/{segment}.{start time}.{pid}.json`` beside the records (``exit``: why it
+failed): the loss curve takes the iterations of a killed attempt from there. A segment that finds the pack
+finished runs the trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
 """
 
 from __future__ import annotations
@@ -170,8 +172,8 @@ def deadline_of(margin_minutes: float) -> float | None:
 
 def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     keys = PackKeys.read(args.keys)
-    record = Path(args.record)
-    record.parent.mkdir(parents=True, exist_ok=True)
+    record_path = Path(args.record)
+    record_path.parent.mkdir(parents=True, exist_ok=True)
     before = latest_step(keys.checkpoints)
     if before is not None and before > keys.end:
         raise SegmentError(
@@ -180,7 +182,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         )
     target = keys.boundary(args.segment)
     command = args.launch.format(
-        config=config_arguments(keys, record.parent, args.segment, args.finetune_from), pack=keys.pack
+        config=config_arguments(keys, record_path.parent, args.segment, args.finetune_from), pack=keys.pack
     )
     started, wall0 = dt.datetime.now(dt.UTC), time.perf_counter()
     print(
@@ -201,29 +203,20 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
             signal.signal(s, handler)
     wall = time.perf_counter() - wall0
     after = latest_step(keys.checkpoints)
-    where = f"latest is {'none' if after is None else f'global_step{after}'} of {keys.end}"
-    if rc != 0:
-        raise SegmentError(f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}")
-    if after is None or (after < keys.end and (before is not None and after <= before)):
-        raise SegmentError(f"{keys.pack} segment {args.segment}: no progress ({where}); a retry resumes")
-    if args.segment == args.segments - 1 and after < keys.end:
-        raise SegmentError(
-            f"{keys.pack}: its last segment ({args.segments}) ended before the pack's end ({where}): a retry "
-            "resumes from latest; for good, raise train.spare_segments or train.time_limit_minutes"
-        )
     first = keys.offset if before is None or before < keys.offset else before
-    return {
+    last = first if after is None else after
+    record = {
         "pack": keys.pack,
         "segment": args.segment,
         "segments": args.segments,
         "attempt": args.attempt,
         "first_step": first,
-        "last_step": after,
+        "last_step": last,
         "target_step": target,
         "end_step": keys.end,
-        "iterations": after - first,
-        "finished": after == keys.end,
-        "checkpoint": f"global_step{after}",
+        "iterations": last - first,
+        "finished": last == keys.end,
+        "checkpoint": None if after is None else f"global_step{after}",
         "checkpoints": keys.checkpoints,
         "config": keys.config,
         **slurm.this_job(),
@@ -238,6 +231,23 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         "exit": launch.signalled or ("pack finished" if after == keys.end else "segment boundary"),
         "config_sha256": sha256(keys.config),
     }
+    where = f"latest is {'none' if after is None else f'global_step{after}'} of {keys.end}"
+    failure = None
+    if rc != 0:
+        failure = f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}"
+    elif after is None or (after < keys.end and (before is not None and after <= before)):
+        failure = f"{keys.pack} segment {args.segment}: no progress ({where}); a retry resumes"
+    elif args.segment == args.segments - 1 and after < keys.end:
+        failure = (
+            f"{keys.pack}: its last segment ({args.segments}) ended before the pack's end ({where}): a retry "
+            "resumes from latest; for good, raise train.spare_segments or train.time_limit_minutes"
+        )
+    attempt = record | ({"exit": failure} if failure else {})
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    write_json(record_path.parent / "attempts" / f"{args.segment}.{stamp}.{os.getpid()}.json", attempt)
+    if failure:
+        raise SegmentError(failure)
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
