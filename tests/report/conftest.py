@@ -17,8 +17,9 @@ RUN = ("--profile", "profiles/local", "--cores", "2")
 
 def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
     """What the trainers leave after training the first two packs: Slurm segment records (the second pack
-    in two segments, its second one retried) and their curve (the second pack's losses, one evaluation and
-    one skipped), and the reference trainer's loss curve and evaluations (the first pack)."""
+    in two segments, its second one retried after a killed run), every run's attempt record, their curve
+    (the second pack's losses, one evaluation and one skipped), and the reference trainer's loss curve and
+    evaluations (the first pack)."""
     first, second = plan["packs"][:2]
     segments = [
         (first, 0, first["train_iters"], "1001", 0),
@@ -43,6 +44,10 @@ def write_training_records(train_dir: Path, plan: dict[str, Any]) -> None:
             "attempt": 1 + retries,
         }
         write_json(train_dir / pack["name"] / "segments" / f"{i}.json", record)
+        write_json(train_dir / pack["name"] / "segments" / "attempts" / f"{i}.{job}.json", record)
+    killed = record | {"last_step": start + 1, "iterations": 1, "slurm_job_id": "1003", "wall_seconds": 300.0}
+    killed |= {"exit": "the trainer exited with 143", "attempt": 1}
+    write_json(train_dir / second["name"] / "segments" / "attempts" / "2.1003.json", killed)
     offset, end = second["iteration_offset"], second["iteration_offset"] + second["train_iters"]
     curve = [f"{it},{second['name']},1,6.5\n" for it in range(offset + 1, end + 1)]
     (train_dir / "loss.csv").write_text("iteration,pack,segment,loss\n" + "".join(curve))

@@ -108,9 +108,10 @@ def test_training_charts_read_the_records(sample_run: Workflow, tmp_path: Path) 
     speed = pd.read_csv(tmp_path / "out" / "speed.csv")
     assert speed["s_per_iter"].tolist() == [1.5, 1.75, 2.0] and set(speed["planned_s_per_iter"]) == {2.0}
     timeline = pd.read_csv(tmp_path / "out" / "timeline.csv")
-    assert timeline["slurm_job_id"].tolist() == [1001, 1002, 1004]
-    assert timeline["retries"].tolist() == [0, 0, 1]
-    assert timeline["start_hours"].tolist() == pytest.approx([0, 600 / 3600, 1260 / 3600], abs=1e-6)
+    assert timeline["slurm_job_id"].tolist() == [1001, 1002, 1003, 1004]  # the killed run before its retry
+    assert (timeline["retries"].tolist(), timeline["failed"].tolist()) == ([0, 0, 0, 1], [0, 0, 1, 0])
+    starts = [0, 600 / 3600, 1260 / 3600, 1560 / 3600]
+    assert timeline["start_hours"].tolist() == pytest.approx(starts, abs=1e-6)
     loss = pd.read_csv(tmp_path / "out" / "loss.csv")
     first, second = plan["packs"][:2]
     train = loss[loss["kind"] == "train"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import glob
 import os
 
-# Relative to the train stage's folder: the Slurm segments and their curve (train_curve's loss.csv and
-# evals.csv), and the reference trainer's curves and segments.
+# Relative to the train stage's folder: the Slurm segments, every run of them (attempts/) and their curve
+# (train_curve's loss.csv and evals.csv), and the reference trainer's curves and segments.
 PATTERNS = (
     "*/segments/*.json",
+    "*/segments/attempts/*.json",
     "loss.csv",
     "evals.csv",
     "reference/*/loss.csv",

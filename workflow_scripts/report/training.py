@@ -4,9 +4,10 @@ retries).
 
 Reads what the trainers leave under ``train/``: the Slurm segment records ``{pack}/segments/*.json`` (pack,
 segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter, train_loss,
-valid_loss, exit, retries) and their curve (``loss.csv``: every iteration's loss, killed attempts' included;
-``evals.csv``: each checkpoint's validation loss), and the reference trainer's ``reference/{pack}/loss.csv``,
-``eval.jsonl`` and ``segments/*.json``. Missing files leave their chart out.
+valid_loss, exit, retries), the runs that wrote no record (``segments/attempts/``: failed or killed), the
+segments' curve (``loss.csv``: every iteration's loss, killed attempts' included; ``evals.csv``: each
+checkpoint's validation loss), and the reference trainer's ``reference/{pack}/loss.csv``, ``eval.jsonl``
+and ``segments/*.json``. Missing files leave their chart out.
 """
 
 from __future__ import annotations
@@ -36,23 +37,30 @@ SEGMENT_COLUMNS = [
     "valid_loss",
     "exit",
     "retries",
+    "failed",
 ]
 
 
 def segments(paths: list[str]) -> pd.DataFrame:
-    """One row per segment record (Slurm and reference), in the order they ran (global iteration)."""
-    rows = []
+    """One row per segment record (Slurm and reference) and per Slurm run that wrote none (``failed``), in
+    the order they ran (global iteration)."""
+    records, attempts = [], []
     for path in paths:
         parts = path.split(os.sep)
-        if not (path.endswith(".json") and parts[-2] == "segments"):
-            continue
-        record = read_json(path)
-        reference = len(parts) >= 4 and parts[-4] == "reference"
+        if path.endswith(".json") and parts[-2] == "segments":
+            reference = len(parts) >= 4 and parts[-4] == "reference"
+            records.append((read_json(path), parts[-3], "reference" if reference else "slurm", path))
+        elif path.endswith(".json") and parts[-3:-1] == ["segments", "attempts"]:
+            attempts.append(read_json(path))
+    written = [record for record, *_ in records]
+    runs = records + [(a, a["pack"], "slurm", "") for a in attempts if a not in written]
+    rows = []
+    for record, pack, trainer, path in runs:
         iterations = record.get("iterations") or 0
         rows.append(
             {
-                "pack": record.get("pack", parts[-3]),
-                "trainer": "reference" if reference else "slurm",
+                "pack": record.get("pack", pack),
+                "trainer": trainer,
                 "segment": record.get("segment", os.path.basename(path).removesuffix(".json")),
                 "first_step": record["first_step"],
                 "last_step": record["last_step"],
@@ -68,10 +76,12 @@ def segments(paths: list[str]) -> pd.DataFrame:
                 "valid_loss": record.get("valid_loss"),
                 "exit": record.get("exit"),
                 "retries": record.get("attempt", 1) - 1,
+                "failed": not path,
             }
         )
     table = pd.DataFrame(rows, columns=SEGMENT_COLUMNS)
-    return table.sort_values(["first_step", "trainer", "pack"], kind="stable").reset_index(drop=True)
+    order = ["first_step", "failed", "trainer", "pack"]  # a failed run before its retry from the same step
+    return table.sort_values(order, ascending=[True, False, True, True], kind="stable").reset_index(drop=True)
 
 
 def losses(paths: list[str]) -> pd.DataFrame:
@@ -177,29 +187,30 @@ def speed_chart(segs: pd.DataFrame, guess: float | None) -> Chart:
 
 
 def timeline_chart(segs: pd.DataFrame) -> Chart:
-    """Every segment on a wall-clock axis (segments one after another), labelled with its job and retries."""
-    table = segs[
-        ["pack", "trainer", "segment", "slurm_job_id", "nodelist", "wall_seconds", "retries", "exit"]
-    ].copy()
+    """Every segment run on a wall-clock axis (one after another), labelled with its job; failed runs and
+    retries marked."""
+    columns = ["pack", "trainer", "segment", "slurm_job_id", "nodelist", "wall_seconds", "retries", "failed"]
+    table = segs[[*columns, "exit"]].copy()
     hours = table["wall_seconds"].fillna(0).astype(float) / 3600
     table["start_hours"] = (hours.cumsum() - hours).round(6)
     packs = list(dict.fromkeys(table["pack"]))
     fig, (ax,) = figure(10, max(2.5, 0.45 * len(packs) + 1.2))
     y = {p: len(packs) - 1 - i for i, p in enumerate(packs)}
     for start, width, row in zip(table["start_hours"], hours, table.itertuples(), strict=True):
-        color = "#d43" if row.retries else "#58a"
+        color = "#d43" if row.failed else "#e93" if row.retries else "#58a"
         ax.barh(y[row.pack], width, left=start, color=color, edgecolor="white")
         job = row.slurm_job_id if row.slurm_job_id is not None and not pd.isna(row.slurm_job_id) else "local"
-        label = f"{job}" + (f" ({row.retries} retries)" if row.retries else "")
+        label = f"{job}" + (" (failed)" if row.failed else f" ({row.retries} retries)" if row.retries else "")
         ax.text(start + width / 2, y[row.pack], label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(list(y.values()), list(y))
-    ax.set_xlabel("wall hours (segments one after another; red: retried)")
+    ax.set_xlabel("wall hours (runs one after another; red: failed or killed, orange: a retry)")
     return Chart("timeline", TITLES["timeline"], fig, table)
 
 
 def charts(paths: list[str], plan: dict[str, Any] | None, seconds_per_iter: float | None) -> list[Chart]:
     """The three training charts; each says so when the records do not have its numbers yet."""
-    segs, curve = segments(paths), losses(paths)
+    runs, curve = segments(paths), losses(paths)
+    segs = runs[~runs["failed"].astype(bool)]
     offsets = {p["name"]: p["iteration_offset"] for p in (plan or {}).get("packs", [])}
     has_loss = len(curve) or segs[["train_loss", "valid_loss"]].notna().to_numpy().any()
     return [
@@ -207,7 +218,7 @@ def charts(paths: list[str], plan: dict[str, Any] | None, seconds_per_iter: floa
         speed_chart(segs, seconds_per_iter)
         if segs["s_per_iter"].notna().any()
         else _nothing("speed", "no segment timed yet"),
-        timeline_chart(segs) if len(segs) else _nothing("timeline", "no segment recorded yet"),
+        timeline_chart(runs) if len(runs) else _nothing("timeline", "no segment recorded yet"),
     ]
 
 
