@@ -20,6 +20,48 @@ from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]
+# Words of several scripts for generated text (the tokenizer tests); zh and ja are written without spaces.
+WORDS = {
+    "en": [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "lazy",
+        "dog",
+        "data",
+        "model",
+        "token",
+        "train",
+        "river",
+        "stone",
+        "light",
+        "don't",
+        "e-mail",
+        "2024",
+    ],
+    "de": ["Größe", "Straße", "über", "Äpfel", "früh", "Übung", "Maß", "heißt", "schön", "Bücher"],
+    "ru": [
+        "быстрая",
+        "лиса",
+        "прыгает",
+        "через",
+        "ленивую",
+        "собаку",
+        "данные",
+        "модель",
+        "река",
+        "камень",
+        "свет",
+    ],
+    "el": ["γρήγορη", "καφέ", "αλεπού", "πηδάει", "πάνω", "από", "σκύλο"],
+    "zh": list("我们今天学习语言模型数据处理中文文本分词训练河流石头光明"),
+    "ja": list("これは日本語の文章ですデータとモデルを学習しますカタカナ漢字"),
+    "th": ["ภาษา", "ไทย", "ไม่", "มี", "ช่อง", "ว่าง", "ระหว่าง", "คำ"],
+    "code": ["def", "f(x):", "return", "x**2", "{", "}", "==", "->", "#", "//", "i++;", "\\fB", "\\fR"],
+}
 
 
 def snakemake_env() -> dict[str, str]:

@@ -14,6 +14,7 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
+from tests.utils import WORDS as ALL_WORDS
 from tests.utils import write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
@@ -23,40 +24,7 @@ from workflow_scripts.tokens import inspection as inspect_tool
 from workflow_scripts.tokens import train_tokenizer
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
-WORDS = {
-    "en": [
-        "the",
-        "quick",
-        "brown",
-        "fox",
-        "jumps",
-        "over",
-        "lazy",
-        "dog",
-        "data",
-        "model",
-        "token",
-        "train",
-        "river",
-        "stone",
-        "light",
-    ],
-    "ru": [
-        "быстрая",
-        "лиса",
-        "прыгает",
-        "через",
-        "ленивую",
-        "собаку",
-        "данные",
-        "модель",
-        "река",
-        "камень",
-        "свет",
-    ],
-    "zh": list("我们今天学习语言模型数据处理中文文本分词训练河流石头光明"),
-    "ja": list("これは日本語の文章ですデータとモデルを学習しますかわいし"),
-}
+WORDS = {lang: ALL_WORDS[lang] for lang in ("en", "ru", "zh", "ja")}
 USER, ASSISTANT = "<<<|user|>>>", "<<<|assistant|>>>"
 MARKERS = [f"{USER}=<|user|>", f"{ASSISTANT}=<|assistant|>"]
 

@@ -11,41 +11,13 @@ import orjson
 import pytest
 import sentencepiece as spm
 
-from tests.utils import Workflow, write_jsonl
+from tests.utils import WORDS, Workflow, write_jsonl
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import encode as tok
 from workflow_scripts.tokens import fast_encode as fe
 from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
 from workflow_scripts.tokens.train_tokenizer import trainer_options
 
-WORDS = {
-    "en": [
-        "the",
-        "quick",
-        "brown",
-        "fox",
-        "jumps",
-        "over",
-        "lazy",
-        "dog",
-        "data",
-        "model",
-        "token",
-        "river",
-        "stone",
-        "light",
-        "don't",
-        "e-mail",
-        "2024",
-    ],
-    "de": ["Größe", "Straße", "über", "Äpfel", "früh", "Übung", "Maß", "heißt", "schön", "Bücher"],
-    "ru": ["быстрая", "лиса", "прыгает", "через", "ленивую", "собаку", "данные", "модель", "река"],
-    "el": ["γρήγορη", "καφέ", "αλεπού", "πηδάει", "πάνω", "από", "σκύλο"],
-    "zh": list("我们今天学习语言模型数据处理中文文本分词训练河流石头光明"),
-    "ja": list("これは日本語の文章ですデータとモデルを学習しますカタカナ漢字"),
-    "th": ["ภาษา", "ไทย", "ไม่", "มี", "ช่อง", "ว่าง", "ระหว่าง", "คำ"],
-    "code": ["def", "f(x):", "return", "x**2", "{", "}", "==", "->", "#", "//", "i++;", "\\fB", "\\fR"],
-}
 NO_SPACE = ("zh", "ja", "th")
 ODD = [
     " ",
