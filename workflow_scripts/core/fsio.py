@@ -114,6 +114,15 @@ def open_binary(path: str | os.PathLike[str]) -> IO[bytes]:
     return open(name, "rb", buffering=1 << 20)
 
 
+def read_position(fh: IO[bytes]) -> int:
+    """How far into its file a reader from :func:`open_binary` has read: for ``.gz``/``.zst``, in compressed
+    bytes (what the decompressor has taken in, so past the decoded data it handed out)."""
+    if isinstance(fh, gzip.GzipFile):
+        return fh.fileobj.tell()
+    raw = getattr(fh, "raw", None)
+    return raw.compressed_position() if isinstance(raw, ZstdFrameReader) else fh.tell()
+
+
 MAX_READ = 1 << 20  # the most decompressed bytes one read of a .zst file returns
 
 
@@ -211,6 +220,10 @@ class ZstdFrameReader(io.RawIOBase):
             if not self._tracker.at_boundary():
                 raise OSError(f"{self._path}: truncated zstd stream (the last frame has no end)")
         return n
+
+    def compressed_position(self) -> int:
+        """The compressed bytes taken from the file so far."""
+        return self._raw.tell()
 
     def close(self) -> None:
         if not self.closed:

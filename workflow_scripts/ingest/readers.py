@@ -3,27 +3,32 @@
 A reader yields ``[line, raw]`` units: ``line`` is the 1-based line number (parquet: 1-based row number),
 ``raw`` the undecoded line bytes (jsonl, txt) or the row dict (parquet); it holds no unit once handed out,
 so that the caller can let go of a long line as soon as it is decoded. A decoder turns ``raw`` into
-``(text, vendor_id, meta)`` or raises :class:`Reject` naming the reason.
+``(text, vendor_id, meta)`` or raises :class:`Reject` naming the reason. Damaged data (a truncated or corrupt
+gzip/zstd stream, an unreadable parquet file or row group) ends a file with one last unit whose ``raw`` is an
+:class:`Unreadable`: the line where the unreadable rest starts, with the byte offset and the error.
 """
 
 from __future__ import annotations
 
 import codecs
 import os
+import zlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import zstandard
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import open_binary
+from workflow_scripts.core.fsio import open_binary, read_position
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 PARQUET_BATCH_ROWS = 1024
 SCAN = 1 << 20  # a long line or text is examined in slices of this many bytes or characters, never copied
 
 Decoded = tuple[str, str | None, dict[str, Any]]
+READ_ERRORS = (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError)
 
 
 class IngestError(UserError):
@@ -57,44 +62,104 @@ def resolve_format(path: str, fmt: str | None = None) -> str:
     return fmt
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """The unreadable rest of a file. ``offset``: the byte of the file (compressed) reading had got to when it
+    failed (parquet: the start of the failing row group, 0 for the whole file); ``data_offset``: where the
+    rest starts in the decompressed data (``None`` for parquet); ``error``: one line saying what is wrong."""
+
+    offset: int
+    data_offset: int | None
+    error: str
+
+    def failure(self, path: str, fmt: str, line: int) -> IngestError:
+        """The error of strict mode, naming the file, the offset and the reason."""
+        where = f"at byte {self.offset} (line {line})"
+        return IngestError(f"{path}: cannot read as {fmt} {where}: {self.error}")
+
+
 def iter_units(path: str, fmt: str) -> Iterator[list[Any]]:
-    """Stream ``[line, raw]`` units of a file without loading it whole; unreadable data -> IngestError."""
+    """Stream ``[line, raw]`` units of a file without loading it whole; damaged data ends it with an
+    :class:`Unreadable` unit, any other read failure (an I/O error) -> IngestError."""
     try:
-        if fmt == "parquet":
-            yield from _parquet_rows(path)
-        else:
-            with open_binary(path) as fh:
-                yield from _Numbered(fh)
-    except (OSError, EOFError, ValueError, zstandard.ZstdError) as exc:
+        yield from _parquet_rows(path) if fmt == "parquet" else _lines(path)
+    except READ_ERRORS as exc:
         raise IngestError(f"{path}: cannot read as {fmt}: {exc}") from exc
+
+
+def _is_damage(exc: Exception) -> bool:
+    """Whether a read error is about the data, not the system (which sets an errno: missing file, EIO)."""
+    return not isinstance(exc, OSError) or exc.errno is None
+
+
+def _describe(exc: Exception, path: str, what: str) -> str:
+    """``truncated gzip stream: <error>``, ``corrupt parquet file: <error>``, ... in one line."""
+    msg = " ".join(str(exc).removeprefix(f"{path}: ").split()) or type(exc).__name__
+    if msg.startswith("truncated"):
+        return msg
+    return f"{'truncated' if isinstance(exc, EOFError) else 'corrupt'} {what}: {msg}"
+
+
+def _lines(path: str) -> Iterator[list[Any]]:
+    """The lines of a (possibly compressed) file; a partial last line before damage is not handed out."""
+    with open_binary(path) as fh:
+        lines = _Numbered(fh)
+        try:
+            yield from lines
+            return
+        except READ_ERRORS as exc:
+            if not _is_damage(exc):
+                raise
+            what = {"gz": "gzip stream", "zst": "zstd stream"}.get(_compression(path), "data")
+            rest = Unreadable(read_position(fh), lines.size, _describe(exc, path, what))
+        yield [lines.n + 1, rest]
 
 
 class _Numbered:
     """``[n, item]`` for the items of an iterator, n from 1, holding none of them once handed out (as
-    enumerate does: it keeps its last result for reuse)."""
+    enumerate does: it keeps its last result for reuse); ``size`` sums the lengths of the items."""
 
     def __init__(self, items: Iterator[Any]) -> None:
         self._items = items
-        self._n = 0
+        self.n = self.size = 0
 
     def __iter__(self) -> _Numbered:
         return self
 
     def __next__(self) -> list[Any]:
         item = next(self._items)
-        self._n += 1
-        return [self._n, item]
+        self.n += 1
+        self.size += len(item)
+        return [self.n, item]
 
 
 def _parquet_rows(path: str) -> Iterator[list[Any]]:
+    """The rows of a parquet file, one row group after the other so that a damaged one keeps those before."""
     import pyarrow.parquet as pq  # lazy: keeps `import ingest` cheap for Snakefile parsing
 
-    row = 0
-    with pq.ParquetFile(path) as pf:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for record in batch.to_pylist():
-                row += 1
-                yield [row, record]
+    row = offset = 0
+    try:
+        with pq.ParquetFile(path) as pf:
+            for group in range(pf.num_row_groups):
+                offset = _row_group_offset(pf.metadata.row_group(group))
+                for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=[group]):
+                    for record in batch.to_pylist():
+                        row += 1
+                        yield [row, record]
+            return
+    except READ_ERRORS as exc:
+        if not _is_damage(exc):
+            raise
+        rest = Unreadable(offset, None, _describe(exc, path, "parquet file"))
+    yield [row + 1, rest]
+
+
+def _row_group_offset(group: Any) -> int:
+    """The byte offset of a parquet row group: its first page."""
+    chunks = [group.column(i) for i in range(group.num_columns)]
+    return min(
+        (c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks), default=0
+    )
 
 
 def make_decoder(fmt: str, text_keys: Sequence[str], id_key: str | None) -> Callable[[Any], Decoded]:

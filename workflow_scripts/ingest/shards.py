@@ -24,6 +24,11 @@ Output in ``D``: ``{lang}_{domain}_{subdomain}_split_{NNNN}.jsonl[.zst]`` shards
 - Rejects go to ``quarantine.jsonl`` as ``{file, line, reason, raw}`` (file: the input file name, raw: its
   first 1000 bytes); reasons are :data:`REJECT_REASONS`. ``strict`` turns the first reject into
   :class:`RejectedRecordError` (message ``{path}:{line}: rejected record ({reason})``).
+- Damaged input (a truncated or corrupt ``.gz``/``.zst`` stream, an unreadable parquet file or row group):
+  every complete record before the damage is kept, the rest of the file (a partial last line included) is
+  one reject ``unreadable_rest`` with ``raw`` empty and ``offset`` (the byte of the file, compressed, where
+  reading failed), ``data_offset`` (where the rest starts in the decompressed data; null for parquet) and
+  ``error``; ``line`` is the first line (row) of the rest. ``strict`` fails instead, naming file and offset.
 - Crash safety: shards and quarantine are written to temporary names and renamed only when every input was
   read and the counts check passed; older shards of the same group in ``D`` are then removed and
   ``stats.json`` is written last.
@@ -56,6 +61,7 @@ from workflow_scripts.ingest.readers import (
     SCAN,
     IngestError,
     Reject,
+    Unreadable,
     iter_units,
     make_decoder,
     resolve_format,
@@ -85,6 +91,7 @@ REJECT_REASONS = (
     "invalid_id",
     "empty_text",
     "too_short",
+    "unreadable_rest",
 )
 QUARANTINE_NAME = "quarantine.jsonl"
 STATS_NAME = "stats.json"
@@ -250,10 +257,13 @@ def _open_on_stack(stack: ExitStack, path: Path) -> IO[bytes]:
     return fh
 
 
-def _quarantine_entry(source: str, line: int, reason: str, raw: bytes | dict[str, Any]) -> bytes:
+def _quarantine_entry(
+    source: str, line: int, reason: str, raw: bytes | dict[str, Any], **extra: Any
+) -> bytes:
     data = raw if isinstance(raw, bytes) else orjson.dumps(raw, default=str)
     preview = data[:RAW_PREVIEW_BYTES].decode("utf-8", "backslashreplace")
-    return orjson.dumps({"file": source, "line": line, "reason": reason, "raw": preview}, option=_LINE)
+    entry = {"file": source, "line": line, "reason": reason, "raw": preview, **extra}
+    return orjson.dumps(entry, option=_LINE)
 
 
 def _ingest_file(
@@ -277,6 +287,13 @@ def _ingest_file(
         The unit is emptied: a long line is let go of once decoded (only its quarantine preview is kept)."""
         line, raw = unit
         unit.clear()
+        if isinstance(raw, Unreadable):
+            if opts.strict:
+                raise raw.failure(path, fmt, line)
+            rejected["unreadable_rest"] += 1
+            entry = _quarantine_entry(source, line, "unreadable_rest", b"", **dataclasses.asdict(raw))
+            quarantine.write(entry)
+            return 0
         try:
             text, vid, meta = decode(raw)
             if isinstance(raw, bytes):
