@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from workflow_scripts.core.settings import schema_entry
-from workflow_scripts.datapacks.iterations import neox_samples, tokens_for_iters, train_iters
-from workflow_scripts.datapacks.plan_report import add_training, training_lines
+from workflow_scripts.datapacks.iterations import NO_ESTIMATE, neox_samples, tokens_for_iters, train_iters
+from workflow_scripts.datapacks.plan_report import add_training, markdown, plan_rows, training_lines
 from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 from workflow_scripts.datapacks.settings import Phase, PlanSettings, TrainingSettings
 
@@ -230,3 +230,80 @@ def test_validation_is_held_out_of_every_pack_even_when_sources_wrap() -> None:
             sig,
             lengths.__getitem__,
         )
+
+
+def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() -> None:
+    """Small shards: one shard is a single 20 MB document (its own largest source); it is skipped, with a
+    note, and the two ordinary shards give the hold-out between them, each keeping half for training."""
+    rng = np.random.default_rng(7)
+    lengths = {
+        "en_web_big": np.array([10_485_758], dtype=np.int32),
+        "en_web_a": rng.integers(200, 2000, size=400).astype(np.int32),
+        "en_web_b": rng.integers(200, 2000, size=380).astype(np.int32),
+        "de_web_a": rng.integers(200, 2000, size=800).astype(np.int32),
+    }
+    sig = [
+        {"prefix": n, "name": n, "lang": n[:2], "domain": "web", "tokens": int(v.sum())}
+        for n, v in lengths.items()
+    ]
+    plan = plan_of(
+        config([{"name": "main", "tokens": 200_000, "mixture": "main"}], validation_tokens=300_000),
+        sig,
+        lengths.__getitem__,
+    )
+    valid = {v["lang"]: v for v in plan["validation"]}
+    assert [s["source"] for s in valid["de"]["slices"]] == ["de_web_a"]  # as before: the largest source
+    en = valid["en"]
+    assert [s["source"] for s in en["slices"]] == ["en_web_a", "en_web_b"]
+    assert 300_000 <= en["tokens"] < 300_000 + 2000
+    first = {}
+    for s in en["slices"]:
+        ((_, start, stop),) = s["ranges"]
+        first[s["source"]] = start
+        total = int(lengths[s["source"]].sum())
+        assert stop == len(lengths[s["source"]]) and s["tokens"] == int(lengths[s["source"]][start:].sum())
+        assert s["tokens"] <= total // 2 and plan["conservation"][s["source"]]["held_out"] == s["tokens"]
+    assert plan["notes"] == [
+        "valid_en: source en_web_big skipped: holding out even its last document (10485758 of its 10485758 "
+        "tokens) would leave less than half of it for training; held out from en_web_a, en_web_b instead"
+    ]
+    for pack in plan["packs"]:  # no pack reads the held-out documents
+        for s in pack["slices"]:
+            assert all(b <= first.get(s["source"], b) for _, _, b in s["ranges"]), (pack["name"], s)
+    assert any(s["source"] == "en_web_big" for p in plan["packs"] for s in p["slices"])  # still trained on
+    assert "## Notes\n\n- valid_en: source en_web_big skipped" in markdown(plan)
+
+
+def test_a_hold_out_no_source_can_give_is_refused_with_what_would_work() -> None:
+    sig, lengths = signature({"en_web_a": 100, "de_web_a": 10}, 100)
+    phases = [{"name": "m", "tokens": 1000, "mixture": "main"}]
+    with pytest.raises(PlanError) as refused:
+        plan_of(config(phases, validation_tokens=600), sig, lengths.__getitem__)
+    assert str(refused.value) == (
+        "datapacks.validation_tokens 600: language de's 1 source(s) can hold out at most 500 tokens in whole "
+        "documents from their ends (more would leave less than half for training): set validation_tokens "
+        "to 500 or less, or to 0 to hold out nothing"
+    )
+    assert plan_of(config(phases, validation_tokens=500), sig, lengths.__getitem__)["validation"]
+    sig, lengths = signature({"en_web_a": 100, "de_web_a": 1, "de_web_b": 1}, 100)
+    with pytest.raises(
+        PlanError, match=r"at most 0 tokens .*: set validation_tokens to 0 to hold out nothing"
+    ):
+        plan_of(config(phases, validation_tokens=10), sig, lengths.__getitem__)
+    assert plan_of(config(phases, validation_tokens=0), sig, lengths.__getitem__)["validation"] == []
+
+
+def test_a_plan_without_a_time_estimate() -> None:
+    """No ``training.model_params``: null hours in the plan, empty cells in plan.csv, one line in plan.md."""
+    sig, lengths = signature({"en_web_a": 500, "de_web_a": 500}, 100)
+    training = {"seq_length": 128, "global_batch_size": 4, "model_params": None, "gpus": 8}
+    plan = plan_of(
+        config([{"name": "main", "tokens": 60_000, "mixture": "main"}], training), sig, lengths.__getitem__
+    )
+    assert [p["wall_hours"] for p in plan["packs"]] == [None, None, None]
+    assert plan_rows(plan)["wall_hours"].isna().all()
+    assert plan_rows(plan).to_csv(index=False).splitlines()[1].startswith("main_0,main,main,en,web,49,0,,")
+    text = markdown(plan)
+    assert text.count(NO_ESTIMATE) == 1 and "wall_hours" not in text
+    add_training(plan, {**_training_config(), "training": {}})
+    assert "disk needed: unknown (set training.model_params)" in markdown(plan)

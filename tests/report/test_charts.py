@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pandas as pd
 import pytest
@@ -15,6 +16,13 @@ import pytest
 from tests.report.conftest import RUN, write_training_records
 from tests.utils import REPO, Workflow
 from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.settings import schema_entry
+from workflow_scripts.datapacks.iterations import NO_ESTIMATE
+from workflow_scripts.datapacks.plan_report import add_training
+from workflow_scripts.datapacks.planner import make_plan
+from workflow_scripts.datapacks.settings import PlanSettings
+from workflow_scripts.report import plan as plan_charts
+from workflow_scripts.report.charts import write_section
 
 CHARTS = {
     "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture", "checkpoints"],
@@ -137,3 +145,32 @@ def test_the_snakefile_imports_nothing_heavy() -> None:
     code = "import sys, workflow_scripts.report.records; print({'matplotlib', 'pandas'} & set(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "set()"
+
+
+def test_plan_charts_without_a_time_estimate(tmp_path: Path) -> None:
+    """No ``training.model_params``: the plan's charts are drawn and say that no estimate was made."""
+    lengths = {name: np.full(300, 100, dtype=np.int32) for name in ("en_web_a", "de_news_a")}
+    signature = [{"prefix": n, "name": n, "lang": n[:2], "domain": n[3:7], "tokens": 30_000} for n in lengths]
+    config = {
+        "seed": 1,
+        "training": {"seq_length": 128, "global_batch_size": 4},
+        "datapacks": {
+            "max_iters_per_pack": 50,
+            "validation_tokens": 500,
+            "phases": [{"name": "main", "tokens": 40_000, "mixture": "main"}],
+        },
+        "mixtures": {"main": {"lang_prob": {"en": 0.5, "de": 0.5}}},
+    }
+    plan = make_plan(PlanSettings.from_config(config), signature, lengths.__getitem__)
+    train = {k: v.get("default") for k, v in schema_entry("", "train")["properties"].items()}
+    add_training(plan, {**config, "train": {**train, "base_config": "base.yml"}})
+    configs = pd.DataFrame([{"pack": p["name"], **p["training"]} for p in plan["packs"]])
+    made = plan_charts.charts(plan, {"main": {"by_domain": {}}}, configs)
+    schedule, *_, checkpoints = made
+    assert NO_ESTIMATE in schedule.title and NO_ESTIMATE in schedule.figure.axes[0].get_title()
+    assert "disk needed unknown" in checkpoints.figure.axes[1].get_title()
+    write_section(tmp_path, "Plan", made, {})
+    for chart in CHARTS["plan"]:
+        assert (tmp_path / f"{chart}.png").read_bytes().startswith(b"\x89PNG"), chart
+    assert pd.read_csv(tmp_path / "schedule.csv")["wall_hours"].isna().all()
+    assert NO_ESTIMATE in (tmp_path / "index.html").read_text()

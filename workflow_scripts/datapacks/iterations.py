@@ -13,6 +13,8 @@ import math
 
 NEOX_SURPLUS = 1.005
 RULES = ("neox", "megatron")
+# What the plan, plan.md and the report say when the wall-time settings are missing
+NO_ESTIMATE = "no time estimate (set training.model_params, gpus and tflops_per_gpu)"
 
 
 def neox_samples(train_iters: int, batch: int) -> int:

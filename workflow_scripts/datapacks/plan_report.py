@@ -15,6 +15,7 @@ import pandas as pd
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write_if_changed, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec
@@ -127,10 +128,20 @@ def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
         )
 
 
+def has_estimate(plan: dict[str, Any]) -> bool:
+    """Whether the plan estimates wall hours (``training.model_params``, ``gpus`` and ``tflops_per_gpu``)."""
+    return any(p["wall_hours"] is not None for p in plan["packs"])
+
+
 def markdown(plan: dict[str, Any]) -> str:
-    """The human-readable plan."""
-    packs, epochs = pack_table(plan), epochs_table(plan)
+    """The human-readable plan (without an estimate, the hours are left out and it says so once)."""
+    packs, rows = pack_table(plan), plan_rows(plan)
+    epochs = epochs_table(plan)
     upsampled = sorted(n for n, e in plan["final_epochs"].items() if e > 1)
+    estimate: list[str] = []
+    if not has_estimate(plan):
+        packs, rows = packs.drop(columns="wall_hours"), rows.drop(columns="wall_hours")
+        estimate = [f"wall time: {NO_ESTIMATE}", ""]
     lines = [
         "# Datapack plan",
         "",
@@ -138,6 +149,7 @@ def markdown(plan: dict[str, Any]) -> str:
         f"{plan['global_batch_size']}); epoch rule: {plan['epoch_rule']}; max tokens per pack: "
         f"{plan['max_tokens_per_pack']:,}; total train_iters: {plan['total_train_iters']:,}",
         "",
+        *estimate,
         "## Packs",
         "",
         packs.to_markdown(index=False),
@@ -145,7 +157,7 @@ def markdown(plan: dict[str, Any]) -> str:
         *training_lines(plan),
         "## Tokens by language and domain",
         "",
-        plan_rows(plan).to_markdown(index=False),
+        rows.to_markdown(index=False),
         "",
         "## Tokens per source (available, taken, epochs read)",
         "",
@@ -158,6 +170,8 @@ def markdown(plan: dict[str, Any]) -> str:
     ]
     if upsampled:
         lines += [f"**Upsampled** (read more than once): {', '.join(upsampled)}", ""]
+    if plan.get("notes"):
+        lines += ["## Notes", "", *(f"- {note}" for note in plan["notes"]), ""]
     return "\n".join(lines)
 
 

@@ -12,9 +12,11 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 * A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
   whole documents until its share is reached (so a pack holds its budget to within one document per
   source). A source that runs out wraps around to its first document: an extra epoch, reported.
-* Held-out validation (``validation_tokens`` per language): the last documents of each language's largest
-  source are set aside before any pack is cut, so no pack (and no wrap-around) ever reads them; they
-  become one validation pack per language (``valid_{lang}``), the trainers' ``valid_data_paths``.
+* Held-out validation (``validation_tokens`` per language): whole documents at the end of a language's
+  sources are set aside before any pack is cut, so no pack (and no wrap-around) ever reads them; they
+  become one validation pack per language (``valid_{lang}``), the trainers' ``valid_data_paths``. The
+  largest source gives them; one that cannot keep half of itself for training gives what it can, and the
+  next largest the rest (a source whose last document alone is over half of it is skipped, with a note).
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ def make_plan(
         if shuffle:
             lens = lens[shuffle_permutation(len(lens), seed, name)]
         sources[name] = Source(name, entry["prefix"], np.concatenate([[0], np.cumsum(lens)]))
-    validation = hold_out(signature, names_of, sources, datapacks.validation_tokens)
+    validation, notes = hold_out(signature, names_of, sources, datapacks.validation_tokens)
     packs: list[dict[str, Any]] = []
     offset = 0
     for phase, budget in zip(phases, budgets, strict=True):
@@ -210,6 +212,7 @@ def make_plan(
         ],
         "packs": packs,
         "validation": validation,
+        **({"notes": notes} if notes else {}),  # only when there is something to say: a plan stays as it was
         "total_train_iters": offset,
         "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
         "conservation": conservation(sources, packs, validation),
@@ -218,54 +221,100 @@ def make_plan(
 
 def hold_out(
     signature: list[dict[str, Any]], names_of: dict[str, str], sources: dict[str, Source], tokens: int
-) -> list[dict[str, Any]]:
-    """Set aside about ``tokens`` tokens per language (whole documents from the end of its largest source,
-    which then ends before them) and return one validation pack per language."""
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Set aside about ``tokens`` tokens per language and return one validation pack per language, and notes.
+
+    The language's sources are taken largest first; each gives whole documents from its end (it then ends
+    before them) until ``tokens`` are held out, but never more than half of itself. A source that cannot
+    give even its last document is skipped, with a note; a language whose sources together cannot give
+    ``tokens`` is refused, with the most they can give.
+    """
     if not tokens:
-        return []
+        return [], []
     by_lang: dict[str, list[Source]] = {}
     for entry in signature:
         by_lang.setdefault(entry["lang"], []).append(sources[names_of[entry["prefix"]]])
-    packs = []
+    packs: list[dict[str, Any]] = []
+    notes: list[str] = []
     for lang in sorted(by_lang):
-        src = max(by_lang[lang], key=lambda s: (int(s.cumsum[-1]), s.name))
-        total = int(src.cumsum[-1])
-        start = max(int(np.searchsorted(src.cumsum, total - tokens, side="right")) - 1, 0)
-        held = total - int(src.cumsum[start])
-        if start < 1 or held > total // 2:
-            raise PlanError(
-                f"datapacks.validation_tokens {tokens}: language {lang}'s largest source {src.name} has "
-                f"{total} tokens; holding out {held} would leave less than half for training: lower "
-                "validation_tokens"
+        ordered = sorted(by_lang[lang], key=lambda s: (int(s.cumsum[-1]), s.name), reverse=True)
+        starts = _hold_out_starts(ordered, tokens)
+        if starts is None:
+            most = sum(int(s.cumsum[-1] - s.cumsum[_end_start(s, int(s.cumsum[-1]))]) for s in ordered)
+            fix = (
+                f"set validation_tokens to {most} or less, or to 0 to hold out nothing"
+                if most
+                else "set validation_tokens to 0 to hold out nothing, or add data to this language"
             )
-        documents = src.documents
-        src.cumsum = src.cumsum[: start + 1]
+            raise PlanError(
+                f"datapacks.validation_tokens {tokens}: language {lang}'s {len(ordered)} source(s) can hold "
+                f"out at most {most} tokens in whole documents from their ends (more would leave less than "
+                f"half for training): {fix}"
+            )
         name = naming.validation_name(lang)
+        held = [(src, start, int(src.cumsum[-1] - src.cumsum[start])) for src, start in starts]
+        used = ", ".join(src.name for src, _, n in held if n)
+        notes += [
+            f"{name}: source {src.name} skipped: holding out even its last document "
+            f"({int(src.cumsum[-1] - src.cumsum[-2])} of its {int(src.cumsum[-1])} tokens) would leave less "
+            f"than half of it for training; held out from {used} instead"
+            for src, _, n in held
+            if not n
+        ]
+        slices = []
+        for src, start, n in held:
+            if not n:
+                continue
+            documents = src.documents
+            src.cumsum = src.cumsum[: start + 1]
+            slices.append(
+                {
+                    "source": src.name,
+                    "prefix": src.prefix,
+                    "lang": lang,
+                    "tokens": n,
+                    "documents": documents - start,
+                    "ranges": [[0, start, documents]],
+                    "epochs_after": 0.0,
+                    "upsampled": False,
+                    "name": naming.slice_name(src.name, 0, start, n) + "_valid",
+                }
+            )
         packs.append(
             {
                 "name": name,
                 "phase": "validation",
                 "lang": lang,
                 "budget": tokens,
-                "tokens": held,
-                "documents": documents - start,
-                "slices": [
-                    {
-                        "source": src.name,
-                        "prefix": src.prefix,
-                        "lang": lang,
-                        "tokens": held,
-                        "documents": documents - start,
-                        "ranges": [[0, start, documents]],
-                        "epochs_after": 0.0,
-                        "upsampled": False,
-                        "name": naming.slice_name(src.name, 0, start, held) + "_valid",
-                    }
-                ],
+                "tokens": sum(s["tokens"] for s in slices),
+                "documents": sum(s["documents"] for s in slices),
+                "slices": slices,
                 "state_after": {},
             }
         )
-    return packs
+    return packs, notes
+
+
+def _end_start(src: Source, tokens: int) -> int:
+    """The first of the fewest whole documents at the end of ``src`` that hold ``tokens`` tokens, moved on
+    until they are at most half of it (the source's document count when not even the last one is)."""
+    cs, total = src.cumsum, int(src.cumsum[-1])
+    start = max(int(np.searchsorted(cs, total - tokens, side="right")) - 1, 0)
+    lowest = max(int(np.searchsorted(cs, total - total // 2, side="left")), 1)
+    return min(max(start, lowest), src.documents)
+
+
+def _hold_out_starts(ordered: list[Source], tokens: int) -> list[tuple[Source, int]] | None:
+    """Where each source's held-out documents start (largest source first, each giving what is still
+    needed, at most half of itself), up to the one that completes ``tokens``; ``None`` if they cannot."""
+    starts = []
+    for src in ordered:
+        start = _end_start(src, tokens)
+        starts.append((src, start))
+        tokens -= int(src.cumsum[-1] - src.cumsum[start])
+        if tokens <= 0:
+            return starts
+    return None
 
 
 def conservation(

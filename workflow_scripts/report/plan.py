@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.report.charts import Chart, colors, figure
 
 
@@ -110,7 +111,8 @@ def mixture_shares(plan: dict[str, Any], mixtures: dict[str, dict[str, Any]]) ->
 
 
 def schedule(plan: dict[str, Any]) -> Chart:
-    """Each pack's global iterations (offset to offset + train_iters), with its estimated wall time."""
+    """Each pack's global iterations (offset to offset + train_iters), with its estimated wall time (without
+    an estimate, the title says so and the hours are left out)."""
     table = pd.DataFrame(
         [
             {
@@ -130,14 +132,22 @@ def schedule(plan: dict[str, Any]) -> Chart:
     palette = dict(zip(phases, colors(len(phases)), strict=True))
     y = np.arange(len(table))[::-1]
     ax.barh(y, table["train_iters"], left=table["iteration_offset"], color=table["phase"].map(palette))
+    estimated = table["wall_hours"].notna().any()
     for yi, row in zip(y, table.itertuples(), strict=True):
-        label = f" {row.train_iters:,} iters, {row.wall_hours:.3g} h"
+        hours = f", {row.wall_hours:.3g} h" if estimated else ""
+        label = f" {row.train_iters:,} iters{hours}"
         ax.text(row.iteration_offset + row.train_iters, yi, label, va="center", fontsize=7)
     ax.set_yticks(y, table["pack"])
     ax.set_xlabel("global iteration")
     ax.set_xlim(0, (table["iteration_offset"] + table["train_iters"]).max() * 1.3 or 1)
-    ax.set_title(f"total train_iters {plan['total_train_iters']:,}; {plan['tokens_per_iter']:,} tokens/iter")
-    return Chart("schedule", "train_iters, offsets and estimated wall time", fig, table)
+    title = f"total train_iters {plan['total_train_iters']:,}; {plan['tokens_per_iter']:,} tokens/iter"
+    ax.set_title(title if estimated else f"{title}\n{NO_ESTIMATE}")
+    name = (
+        "train_iters, offsets and estimated wall time"
+        if estimated
+        else f"train_iters and offsets ({NO_ESTIMATE})"
+    )
+    return Chart("schedule", name, fig, table)
 
 
 def checkpoints(plan: dict[str, Any], configs: pd.DataFrame) -> Chart:
@@ -155,6 +165,8 @@ def checkpoints(plan: dict[str, Any], configs: pd.DataFrame) -> Chart:
     right.bar(list(bars), list(bars.values()), color=["#58a", "#bbb"][: len(bars)])
     right.set_ylabel("checkpoint disk (TB)")
     kept = f"{disk.get('checkpoints_saved', 0)} saved, {disk.get('checkpoints_kept', 0)} kept"
+    if disk and disk.get("tb_needed") is None:
+        kept += "\ndisk needed unknown (set training.model_params)"
     right.set_title(kept)
     table = configs.copy()
     for key in ("checkpoints_saved", "checkpoints_kept", "tb_each", "tb_needed", "quota_tb"):
