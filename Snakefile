@@ -3,35 +3,29 @@
 Keep this file cheap to parse: every Slurm job parses it again. All logic lives in workflow_scripts/.
 """
 
+import logging
 import os
 import sys
-from pathlib import Path
 
-import yaml
-
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 sys.path.insert(0, workflow.basedir)  # the workflow_scripts package of this checkout
 
+from workflow_scripts.core.config_errors import explain
+
 min_version("9.0")
 
 
+# Your configuration (a commented template; the embedded sample runs with --configfile config/sample.yaml).
+# Snakemake lays every --configfile over it; config/schema.yaml fills in every key left unset.
 configfile: "config/config.yaml"
 
 
-# A user's --configfile replaces the sample's named mixtures and train section instead of merging into them
-# (lists, such as sources and datapacks.phases, are replaced by Snakemake already); without a train section
-# of its own, a config that turns the sample off writes no trainer configs.
-user_configs = [yaml.safe_load(Path(f).read_text()) or {} for f in workflow.overwrite_configfiles or []]
-for user_config in user_configs:
-    for section in ("mixtures", "train"):
-        if section in user_config:
-            config[section] = user_config[section]
-if user_configs and not any("train" in c for c in user_configs) and not config.get("sample", {}).get("enabled", True):
-    config.pop("train", None)
-
-
-validate(config, "config/schema.yaml")
+try:
+    validate(config, "config/schema.yaml")
+except WorkflowError as error:  # one line naming the key, not Snakemake's dump of the schema and config
+    raise WorkflowError(explain(error.__context__)) from None
 
 
 # A site container for every rule, used with `--software-deployment-method apptainer` (config `container`).
@@ -42,6 +36,12 @@ if config["container"]:
 
 
 include: "rules/common.smk"
+
+
+# `snakemake plan` prints the plan: its job when it runs, and this when nothing is to be done.
+if not workflow.remote_exec:
+    asked = lambda: "plan" in workflow.dag_settings.targets
+    logging.getLogger("snakemake.logging").addHandler(show_when_done(f"{OUT}/plan.md", asked))
 
 
 # Every wildcard's pattern comes from the naming module (workflow_scripts/core/naming.py).

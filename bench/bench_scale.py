@@ -84,7 +84,7 @@ def make_workflow(root: Path, n: int) -> None:
 
 
 def snakemake(root: Path, *args: str) -> harness.Measured:
-    cmd = [*SNAKEMAKE, "--configfile", "config/config.yaml", "scale.yaml", "--cores", "2", *args]
+    cmd = [*SNAKEMAKE, "--configfile", "config/sample.yaml", "scale.yaml", "--cores", "2", *args]
     return harness.run_child(cmd, cwd=root, sample_rss=True)
 
 

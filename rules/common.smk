@@ -21,12 +21,14 @@ expanded only for the rule that the job runs (see `expands`).
 import functools
 import json
 import math
+import re
 import shlex
 
 from snakemake.exceptions import WorkflowError
 
 from workflow_scripts.core import naming, schedule
-from workflow_scripts.core.runtime import set_progress_interval, use_this_interpreter
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.runtime import set_progress_interval, show_when_done, use_this_interpreter
 from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.datapacks.mixture import check_config
 from workflow_scripts.dedup.settings import DedupSettings
@@ -108,8 +110,16 @@ def configured_sources():
     return sources
 
 
-GROUPS = resolve_groups(configured_sources(), config["ingest"])
-IMPORTS = resolve_imports(config["tokenized_sources"], config["tokenizer"]["model"])
+try:
+    GROUPS = resolve_groups(configured_sources(), config["ingest"])
+    IMPORTS = resolve_imports(config["tokenized_sources"], config["tokenizer"]["model"])
+except UserError as error:  # one line naming the source, no traceback
+    raise WorkflowError(f"config: {error}") from None
+if not GROUPS and not IMPORTS:
+    raise WorkflowError(
+        "config: no input: give `sources` (raw files) or `tokenized_sources` in config/config.yaml or your"
+        " --configfile (the embedded sample runs with --configfile config/sample.yaml)"
+    )
 
 # Everything knowable from the config fails here, before any job runs, naming the key.
 check_config(config["mixtures"], config["datapacks"]["phases"], [*GROUPS, *(i.group for i in IMPORTS.values())])
@@ -206,10 +216,17 @@ def chunk_of(items, chunk):
     return items[int(chunk) * LIST_CHUNK : (int(chunk) + 1) * LIST_CHUNK]
 
 
+# Where each list's files are (under OUT); each list's chunks live there too, in _lists/: deleting the
+# directory deletes its list, so a rerun makes the list again and, first, what it lists. (A list left behind
+# would be up to date, and Snakemake remakes a missing file only for a job that runs.)
+LISTED = {"signatures": f"{DEDUP_WORK}/sig", "corpus": CORPUS, "tokenized": TOK}
+LIST_KIND = {path.removeprefix(f"{OUT}/"): kind for kind, path in LISTED.items()}
+
+
 def get_list_chunks(kind):
     """The chunk lists that make up the list of ``kind``."""
     count = -(-len(list_entries(kind)[1]) // LIST_CHUNK)
-    return [f"{OUT}/lists/{kind}/{i}.txt" for i in range(count)]
+    return [f"{LISTED[kind]}/_lists/{i}.txt" for i in range(count)]
 
 
 # How the training runs (commands, retries, detach, status), not what it trains: changing these reruns no

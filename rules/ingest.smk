@@ -39,16 +39,19 @@ rule ingest_stats:
 
 
 # A part of one of the lists of every shard (see LIST_CHUNK in common.smk): the signatures, the shards the
-# tokenizer reads, the tokenized prefixes. It waits for the jobs that make its shards' files.
+# tokenizer reads, the tokenized prefixes. It waits for the jobs that make its shards' files, and lives in
+# their directory (see LISTED).
 rule list_chunk:
     input:
-        lambda wildcards: chunk_of(list_entries(wildcards.kind)[0], wildcards.chunk),
+        lambda wildcards: chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk),
     output:
-        f"{OUT}/lists/{{kind}}/{{chunk}}.txt",
+        f"{OUT}/{{listed}}/_lists/{{chunk}}.txt",
     log:
-        f"{LOGS}/lists/{{kind}}_{{chunk}}.log",
+        f"{LOGS}/lists/{{listed}}/{{chunk}}.log",
+    wildcard_constraints:
+        listed="|".join(map(re.escape, LIST_KIND)),
     params:
-        lines=lambda wildcards: chunk_of(list_entries(wildcards.kind)[1], wildcards.chunk),
+        lines=lambda wildcards: chunk_of(list_entries(LIST_KIND[wildcards.listed])[1], wildcards.chunk),
     localrule: True
     conda:
         "../envs/data.yaml"

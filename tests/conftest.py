@@ -17,8 +17,8 @@ def workflow(tmp_path: Path) -> Workflow:
 
 @pytest.fixture(scope="session")
 def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    """The main job (`snakemake --profile profiles/local`) on the embedded sample, run once per session
-    (tests/workflow, tests/report)."""
+    """The main job (`snakemake --profile profiles/local --configfile config/sample.yaml`) on the embedded
+    sample, run once per session (tests/workflow, tests/report)."""
     wf = Workflow(tmp_path_factory.mktemp("sample") / "wf")
     wf.ok("--profile", "profiles/local", "--cores", "2")
     return wf

@@ -78,8 +78,13 @@ def tail(text: str, n: int = 60) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
+SAMPLE_CONFIG = ("--configfile=config/sample.yaml",)  # "=": the names after it stay targets
+
+
 class Workflow:
-    """A copy of the workflow in a temporary directory."""
+    """A copy of the workflow in a temporary directory. Its runs use the embedded sample's config, as the
+    README's main command does, unless the arguments give their own ``--configfile`` (the last one given is
+    the one Snakemake takes, so a test's own config files replace the sample's)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -103,7 +108,17 @@ class Workflow:
         self, *args: str, timeout_s: int = 600, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess:
         """Run ``snakemake ARGS`` here; SIGKILL after timeout_s (the Slurm status hang ignores TERM)."""
-        cmd = ["timeout", "-s", "KILL", str(timeout_s), sys.executable, "-m", "snakemake", *args]
+        cmd = [
+            "timeout",
+            "-s",
+            "KILL",
+            str(timeout_s),
+            sys.executable,
+            "-m",
+            "snakemake",
+            *SAMPLE_CONFIG,
+            *args,
+        ]
         proc = subprocess.run(
             cmd,
             cwd=self.root,
@@ -160,3 +175,31 @@ def export_git(git_dir: str, paths: list[str], dest: Path) -> Path:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(dest, filter="data")
     return dest
+
+
+def train_tokenizer(raw: Path, prefix: Path) -> Path:
+    """A 1,000-piece model trained with the project's CLI on the raw English files (``prefix`` without
+    ``.model``)."""
+    files = sorted(map(str, raw.glob("en_*.jsonl")))
+    train = [
+        sys.executable,
+        "-m",
+        "workflow_scripts",
+        "train-tokenizer",
+        *files,
+        "--model-prefix",
+        str(prefix),
+    ]
+    subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
+    return prefix
+
+
+def web_source(raw: Path) -> dict:
+    """A user's source: the generated English web files of ``raw``."""
+    return {
+        "name": "web",
+        "paths": [f"{raw}/en_web_*.jsonl"],
+        "lang": "en",
+        "domain": "web",
+        "subdomain": "cc",
+    }

@@ -594,9 +594,12 @@ def test_cli_verify_info_merge(tmp_path, capsys):
 
     assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     assert capsys.readouterr().out.count("ok ") == 2
-    assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "bad")]) == 1
+    assert snakepack(["verify", str(tmp_path / "a"), str(tmp_path / "bad"), str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == [f"error: {tmp_path / 'bad'}.idx: unsupported version 3 (expected 1)"]
+    assert err.strip().splitlines() == [
+        f"snakepack verify: error: {tmp_path / 'bad'}.idx: unsupported version 3 (expected 1)",
+        f"snakepack verify: error: {tmp_path / 'none'}.idx: missing file",
+    ]
 
     assert snakepack(["info", str(tmp_path / "a")]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -650,9 +653,9 @@ def test_cli_as_module(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert run.returncode == 1
+    assert run.returncode == 2
     assert run.stdout.startswith(f"ok {tmp_path / 'a'}: 1 documents, 1 sequences, 1 tokens, uint16")
-    assert run.stderr == f"error: {tmp_path / 'z'}.idx: missing file\n"
+    assert run.stderr == f"snakepack verify: error: {tmp_path / 'z'}.idx: missing file\n"
 
 
 def test_the_builder_index_spills_to_disk_and_writes_the_same_bytes(tmp_path, monkeypatch):

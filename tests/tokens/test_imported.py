@@ -139,3 +139,5 @@ def test_resolve_imports_names_and_errors(tmp_path: Path) -> None:
         sources.resolve_imports([given], None)
     with pytest.raises(sources.TokenizedSourceConfigError, match="no prefix matches"):
         sources.resolve_imports([{**given, "prefixes": [f"{tmp_path}/nothing*"]}], "m.model")
+    with pytest.raises(sources.TokenizedSourceConfigError, match=rf"no prefix matches '{tmp_path}/typo\*' "):
+        sources.resolve_imports([{**given, "prefixes": [*given["prefixes"], f"{tmp_path}/typo*"]}], "m.model")

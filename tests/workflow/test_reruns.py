@@ -32,7 +32,7 @@ WORDS = [
     "tau",
     "omega",
 ]
-CONFIG = ("--configfile", "config/config.yaml", "user.yaml")
+CONFIG = ("--configfile", "config/sample.yaml", "user.yaml")
 
 
 def extra_file(path: Path, seed: int, docs: int = 30) -> None:
@@ -167,7 +167,7 @@ def test_changed_raw_file_reruns_its_group_only(clone: Workflow) -> None:
 
 
 def test_mixture_change_replans_and_reslices_only(clone: Workflow) -> None:
-    mixtures = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mixtures"]
+    mixtures = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["mixtures"]
     mixtures["main"]["lang_prob"]["en"] = 0.8  # a user's mixtures replace the sample's: give them all
     (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": mixtures}))
     kinds = rerun(clone, "mix.yaml")
@@ -193,7 +193,7 @@ def test_new_tokenizer_retokenizes_and_reslices_everything(clone: Workflow, tmp_
 
 
 def test_train_setting_change_rewrites_the_configs_only(clone: Workflow) -> None:
-    train = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+    train = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["train"]
     (clone.root / "tr.yaml").write_text(yaml.safe_dump({"train": {**train, "checkpoint_hours": 0.005}}))
     kinds = rerun(clone, "tr.yaml")
     packs = {p.name for p in (clone.root / "results" / "merged").iterdir() if not p.name.startswith("valid_")}
@@ -203,7 +203,7 @@ def test_train_setting_change_rewrites_the_configs_only(clone: Workflow) -> None
 
 
 def test_train_run_setting_change_reruns_nothing(clone: Workflow) -> None:
-    train = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+    train = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["train"]
     run = {"launch": "srun python -m workflow_scripts train-reference --config {config}", "detach": True}
     (clone.root / "tr.yaml").write_text(yaml.safe_dump({"train": {**train, **run, "eval_launch": None}}))
     assert rerun(clone, "tr.yaml") == {}
@@ -264,7 +264,7 @@ def test_a_killed_runs_temporary_files_do_not_linger(clone: Workflow) -> None:
 
 
 def test_a_shorter_plan_names_the_stale_packs(clone: Workflow) -> None:
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())
     phases = [p for p in config["datapacks"]["phases"] if p["name"] != "cooldown"]
     (clone.root / "short.yaml").write_text(yaml.safe_dump({"datapacks": {"phases": phases}}))
     proc = clone.run(*RUN, *CONFIG, "short.yaml")

@@ -45,8 +45,8 @@ train:
   keep_last: 1
   segment_retries: 0
 """
-ARGS = ("--configfile", "config/config.yaml", "train.yaml")
-DETACH = ("--configfile", "config/config.yaml", "train.yaml", "detach.yaml")
+ARGS = ("--configfile", "config/sample.yaml", "train.yaml")
+DETACH = ("--configfile", "config/sample.yaml", "train.yaml", "detach.yaml")
 SLURM = ("--profile", "profiles/slurm-local")
 
 

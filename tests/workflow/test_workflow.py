@@ -13,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.utils import REPO, Workflow, build_dataset, snakemake_env
+from tests.utils import REPO, Workflow, build_dataset, train_tokenizer, web_source
 from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
@@ -150,11 +150,11 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     before = load_plan(sample_run)
     files = {p: p.stat().st_mtime_ns for p in (results / "merged").rglob("*") if p.is_file()}
     files |= {p: p.stat().st_mtime_ns for p in (results / "datapacks").rglob("*") if p.is_file()}
-    config = yaml.safe_load((sample_run.root / "config" / "config.yaml").read_text())
+    config = yaml.safe_load((sample_run.root / "config" / "sample.yaml").read_text())
     config["datapacks"]["phases"].append({"name": "ext", "tokens": 20000, "mixture": "main"})
     (sample_run.root / "more.yaml").write_text(yaml.safe_dump({"datapacks": config["datapacks"]}))
     sample_run.ok(
-        "--profile", "profiles/local", "--cores", "2", "--configfile", "config/config.yaml", "more.yaml"
+        "--profile", "profiles/local", "--cores", "2", "--configfile", "config/sample.yaml", "more.yaml"
     )
     after = load_plan(sample_run)
     assert after["packs"][:-1] == before["packs"] and after["packs"][-1]["name"] == "ext_5"
@@ -261,55 +261,6 @@ def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> No
     assert [(q["id"], q["reason"]) for q in quarantine] == [("plain", "no_sft_marker")]
 
 
-def train_tokenizer(raw: Path, prefix: Path) -> Path:
-    """A 1,000-piece model trained with the project's CLI on the raw English files (``prefix`` without
-    ``.model``)."""
-    files = sorted(map(str, raw.glob("en_*.jsonl")))
-    train = [
-        sys.executable,
-        "-m",
-        "workflow_scripts",
-        "train-tokenizer",
-        *files,
-        "--model-prefix",
-        str(prefix),
-    ]
-    subprocess.run([*train, "--vocab-size", "1000"], check=True, cwd=REPO, capture_output=True)
-    return prefix
-
-
-def web_source(raw: Path) -> dict:
-    """A user's source: the generated English web files of ``raw``."""
-    return {
-        "name": "web",
-        "paths": [f"{raw}/en_web_*.jsonl"],
-        "lang": "en",
-        "domain": "web",
-        "subdomain": "cc",
-    }
-
-
-def test_a_users_own_config_stands_alone(workflow: Workflow, tmp_path: Path) -> None:
-    """One source, one mixture, one phase and a tokenizer model: the sample's mixtures do not leak in."""
-    raw = tmp_path / "raw"
-    generate(raw, seed=5, scale=0.2)
-    model = train_tokenizer(raw, tmp_path / "spm")
-    config = {
-        "sample": {"enabled": False},
-        "sources": [web_source(raw)],
-        "tokenizer": {"model": f"{model}.model"},
-        "mixtures": {"only": {"lang_prob": {"en": 1}}},
-        "datapacks": {"phases": [{"name": "all", "tokens": 20000, "mixture": "only"}]},
-    }
-    (workflow.root / "mine.yaml").write_text(yaml.safe_dump(config))
-    workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "mine.yaml")
-    plan = load_plan(workflow)
-    assert [p["name"] for p in plan["packs"]] == ["all_0"]
-    assert {s["lang"] for s in plan["packs"][0]["slices"]} == {"en"}
-    assert (workflow.root / "results" / "merged" / "all_0" / "all_0.bin").is_file()
-    assert not (workflow.root / "results" / "mixtures" / "main.json").exists()
-
-
 def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path: Path) -> None:
     """Prefixes tokenized elsewhere (by the tokenize CLI, and an index built by hand) enter at the count
     stage, verified, and are planned with a raw source that shares their tokenizer."""
@@ -359,7 +310,7 @@ def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path:
 
 
 def _sample_mixtures(**changes: dict) -> dict:
-    mixtures = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["mixtures"]
+    mixtures = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["mixtures"]
     return {"mixtures": {name: changes.get(name, m) for name, m in mixtures.items()}}
 
 
@@ -379,13 +330,34 @@ def _sample_mixtures(**changes: dict) -> dict:
             {"tokenizer": {"model": "/does/not/exist.model"}},
             "tokenizer.model: /does/not/exist.model is not a file",
         ),
+        ({"ingset": {"shard_size": 1}}, "config: unknown key ingset (did you mean ingest?)"),
+        (
+            {"ingest": {"shard_sise": 1}},
+            "config: unknown key ingest.shard_sise (did you mean ingest.shard_size?)",
+        ),
+        (
+            {"datapacks": {"max_iters_per_pack": "many"}},
+            "config: datapacks.max_iters_per_pack: 'many' is not of",
+        ),
+        (
+            {"sources": [{"name": "v", "paths": ["config/*.yaml", "config/typo*.yml"], "lang": "en"}]},
+            "config: source v: no file matches 'config/typo*.yml'",
+        ),
     ],
 )
 def test_config_errors_stop_the_run_at_start(workflow: Workflow, change: dict, message: str) -> None:
+    """Each error is one line near the top (after Snakemake's own first lines), not a dump of the schema."""
     (workflow.root / "bad.yaml").write_text(yaml.safe_dump(change))
-    proc = workflow.run("-n", "--cores", "1", "--configfile", "config/config.yaml", "bad.yaml")
-    assert proc.returncode != 0 and message in proc.output, proc.output[-2000:]
-    assert "Building DAG" not in proc.output
+    proc = workflow.run("-n", "--cores", "1", "--configfile", "config/sample.yaml", "bad.yaml")
+    assert proc.returncode != 0 and message in "\n".join(proc.output.splitlines()[:3]), proc.output[-2000:]
+    assert "Building DAG" not in proc.output and len(proc.output.splitlines()) < 25
+
+
+def test_a_config_without_input_says_so(workflow: Workflow) -> None:
+    """The template config alone (no sources, the sample off): one line saying what to give."""
+    proc = workflow.run("-n", "--cores", "1", "--configfile", "config/config.yaml")
+    assert proc.returncode != 0
+    assert "config: no input: give `sources` (raw files) or `tokenized_sources`" in proc.output, proc.output
 
 
 def test_paths_with_spaces_and_shell_syntax_are_safe(workflow: Workflow, tmp_path: Path) -> None:
@@ -413,15 +385,3 @@ def test_paths_with_spaces_and_shell_syntax_are_safe(workflow: Workflow, tmp_pat
     assert (workflow.root / odd / "results" / "tokenized" / "en_odd_x_split_0000_text_document.bin").is_file()
     assert (workflow.root / odd / "logs" / "plan.log").is_file()
     assert not list(workflow.root.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
-
-
-def test_profiles_resolve_by_name(workflow: Workflow) -> None:
-    """`snakemake --profile lumi`, as users type it, finds the project's profile (the setup links it)."""
-    env = snakemake_env()
-    env.pop("SNAKEPACK_SLURM_ACCOUNT", None)
-    proc = workflow.run("--profile", "lumi", "-n", env=env)
-    assert proc.returncode != 0
-    assert "SNAKEPACK_SLURM_ACCOUNT is not set" in proc.output, "run .ci/setup: it links the profiles"
-    proc = workflow.run("--profile", "lumi", "-n", env={**env, "SNAKEPACK_SLURM_ACCOUNT": "project_1"})
-    assert proc.returncode == 0, proc.output[-3000:]
-    assert "Using profile lumi" in proc.output and "slurm_account=project_1" in proc.output

@@ -736,7 +736,8 @@ def _prefix(path: str) -> str:
 
 
 def verify_main(argv: Sequence[str] | None = None) -> int:
-    """``snakepack verify PREFIX...``: check every invariant of each dataset; status 1 if any fails."""
+    """``snakepack verify PREFIX...``: check every invariant of each dataset; a line and status 2 for each
+    that fails (the CLI's user-error convention), after checking them all."""
     parser = argparse.ArgumentParser(description="Check every .bin/.idx invariant of each dataset.")
     parser.add_argument("prefixes", nargs="+", metavar="PREFIX", help="dataset prefixes (or their .bin/.idx)")
     failed = 0
@@ -744,14 +745,14 @@ def verify_main(argv: Sequence[str] | None = None) -> int:
         try:
             s = verify(prefix)
         except IndexedDatasetError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"{parser.prog}: error: {e}", file=sys.stderr)
             failed += 1
         else:
             print(
                 f"ok {prefix}: {s['documents']} documents, {s['sequences']} sequences, "
                 f"{s['tokens']} tokens, {s['dtype']}"
             )
-    return 1 if failed else 0
+    return 2 if failed else 0
 
 
 def info_main(argv: Sequence[str] | None = None) -> int:

@@ -47,8 +47,7 @@ WILDCARDS = {
     "mixture": r"[A-Za-z0-9_-]+",
     "part": r"\d+",
     "band": r"\d+",
-    "kind": r"signatures|corpus|tokenized",  # the lists of every shard that barrier rules write
-    "chunk": r"\d+",
+    "chunk": r"\d+",  # a part of a list of every shard that a barrier rule writes
 }
 
 _PART = re.compile(PART)

@@ -3,8 +3,10 @@ when the Snakefile is parsed; Slurm jobs inherit it)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Callable
 
 PROGRESS_INTERVAL_ENV = "SNAKEPACK_PROGRESS_INTERVAL"  # seconds between progress lines in batch jobs
 
@@ -24,3 +26,18 @@ def use_this_interpreter(basedir: str) -> None:
 def set_progress_interval(seconds: float) -> None:
     """Jobs print a progress line every ``seconds`` (0: none) when not on a terminal."""
     os.environ[PROGRESS_INTERVAL_ENV] = str(seconds)
+
+
+def show_when_done(path: str, wanted: Callable[[], bool]) -> logging.Handler:
+    """A handler for Snakemake's logger that prints ``path`` when Snakemake finds nothing to do (the file is
+    then up to date; the job that makes it prints it when it runs) and ``wanted()`` (asked then: the targets
+    are known once the DAG is built)."""
+    from snakemake.common import NOTHING_TO_BE_DONE_MSG
+
+    class Show(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == NOTHING_TO_BE_DONE_MSG and os.path.exists(path) and wanted():
+                with open(path, encoding="utf-8") as f:
+                    print(f.read(), end="", flush=True)
+
+    return Show()

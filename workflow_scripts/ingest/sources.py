@@ -37,11 +37,13 @@ def resolve_groups(sources: list[dict[str, Any]], ingest: dict[str, Any]) -> dic
     """Group every source's files by language, domain and subdomain; a group must come from one source."""
     groups: dict[str, Group] = {}
     for source in sources:
-        files = sorted(
-            {p for pattern in source["paths"] for p in glob.glob(pattern)} | set(source.get("files", []))
-        )
+        matches = {pattern: glob.glob(pattern) for pattern in source["paths"]}
+        empty = [pattern for pattern, found in matches.items() if not found]
+        if empty:
+            raise SourceError(f"source {source['name']}: no file matches {', '.join(map(repr, empty))}")
+        files = sorted({p for found in matches.values() for p in found} | set(source.get("files", [])))
         if not files:
-            raise SourceError(f"source {source['name']}: no file matches {source['paths']}")
+            raise SourceError(f"source {source['name']}: no files")
         if source.get("name_regex"):
             by_group = group_files(files, source["name_regex"])
         else:

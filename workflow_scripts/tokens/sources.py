@@ -33,13 +33,13 @@ class Imported:
         return naming.shard_group(self.name)
 
 
-def _prefixes(patterns: list[str]) -> list[str]:
-    """The prefixes whose ``.idx`` matches a pattern (given with or without ``.bin``/``.idx``)."""
-    found = set()
+def _prefixes(patterns: list[str]) -> dict[str, list[str]]:
+    """Per pattern (given with or without ``.bin``/``.idx``), the prefixes whose ``.idx`` it matches."""
+    found = {}
     for pattern in patterns:
         stem = next((pattern[: -len(s)] for s in SUFFIXES if pattern.endswith(s)), pattern)
-        found.update(p[: -len(".idx")] for p in glob.glob(stem + ".idx"))
-    return sorted(found)
+        found[pattern] = [p[: -len(".idx")] for p in glob.glob(stem + ".idx")]
+    return found
 
 
 def _group(source: dict[str, Any], prefix: str) -> str:
@@ -64,11 +64,14 @@ def resolve_imports(sources: list[dict[str, Any]], default_model: str | None) ->
     imports: dict[str, Imported] = {}
     for source in sources:
         name = source["name"]
-        prefixes = _prefixes(source["prefixes"])
-        if not prefixes:
+        matches = _prefixes(source["prefixes"])
+        empty = [pattern for pattern, found in matches.items() if not found]
+        if empty:
             raise TokenizedSourceConfigError(
-                f"tokenized_sources {name}: no prefix matches {source['prefixes']} (looked for PATTERN.idx)"
+                f"tokenized_sources {name}: no prefix matches {', '.join(map(repr, empty))}"
+                " (looked for PATTERN.idx)"
             )
+        prefixes = sorted({p for found in matches.values() for p in found})
         model = source.get("tokenizer_model") or default_model
         if not model:
             raise TokenizedSourceConfigError(
