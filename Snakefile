@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from snakemake.common import NOTHING_TO_BE_DONE_MSG
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
@@ -41,7 +42,8 @@ include: "rules/common.smk"
 # `snakemake plan` prints the plan: its job when it runs, and this when nothing is to be done.
 if not workflow.remote_exec:
     asked = lambda: "plan" in workflow.dag_settings.targets
-    logging.getLogger("snakemake.logging").addHandler(show_when_done(f"{OUT}/plan.md", asked))
+    show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
+    logging.getLogger("snakemake.logging").addHandler(show_plan)
 
 
 # Every wildcard's pattern comes from the naming module (workflow_scripts/core/naming.py).

@@ -28,15 +28,14 @@ def set_progress_interval(seconds: float) -> None:
     os.environ[PROGRESS_INTERVAL_ENV] = str(seconds)
 
 
-def show_when_done(path: str, wanted: Callable[[], bool]) -> logging.Handler:
-    """A handler for Snakemake's logger that prints ``path`` when Snakemake finds nothing to do (the file is
-    then up to date; the job that makes it prints it when it runs) and ``wanted()`` (asked then: the targets
-    are known once the DAG is built)."""
-    from snakemake.common import NOTHING_TO_BE_DONE_MSG
+def show_when_done(path: str, message: str, wanted: Callable[[], bool]) -> logging.Handler:
+    """A handler for Snakemake's logger that prints ``path`` when Snakemake logs ``message`` (that it has
+    nothing to do: the file is then up to date, and the job that makes it prints it when it runs) and
+    ``wanted()`` (asked then: the targets are known once the DAG is built)."""
 
     class Show(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if record.getMessage() == NOTHING_TO_BE_DONE_MSG and os.path.exists(path) and wanted():
+            if record.getMessage() == message and os.path.exists(path) and wanted():
                 with open(path, encoding="utf-8") as f:
                     print(f.read(), end="", flush=True)
 
