@@ -72,5 +72,5 @@ rule all:
         expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
         f"{OUT}/plan.md",
         get_merged_packs,
-        f"{TRAIN}/configs.md" if config["train"]["base_config"] else [],
+        TRAIN_LAYOUT.file(train_layout.CONFIGS_MD) if config["train"]["base_config"] else [],
         report_pages,  # the charts of `snakemake --report report.html` (seconds)

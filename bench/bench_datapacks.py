@@ -26,7 +26,9 @@ from pathlib import Path
 import harness
 import numpy as np
 
-from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path, merge, verify
+from workflow_scripts.core.dataset_merge import merge
+from workflow_scripts.core.dataset_verify import verify
+from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec, slice_pack

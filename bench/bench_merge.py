@@ -1,4 +1,4 @@
-"""Benchmark: ``indexed_dataset.merge`` against ``cat`` of the same ``.bin`` bytes into one file.
+"""Benchmark: ``dataset_merge.merge`` against ``cat`` of the same ``.bin`` bytes into one file.
 
 Writes N synthetic inputs (random tokens, documents of 300-3000 tokens) into a work directory, then
 alternates ``cat IN1.bin ... INn.bin > out.bin``, the same ``cat`` followed by an ``fsync`` of its output,
@@ -28,7 +28,8 @@ from pathlib import Path
 import harness
 import numpy as np
 
-from workflow_scripts.core.indexed_dataset import bin_path, idx_path, merge
+from workflow_scripts.core.dataset_merge import merge
+from workflow_scripts.core.indexed_dataset import bin_path, idx_path
 
 GOAL_RATIO = 0.8
 

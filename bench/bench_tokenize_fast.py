@@ -155,7 +155,7 @@ def check_identity(prefix: Path, model: Path, batches: list[list[str]], workers:
 def profile(model: Path, batches: list[list[str]], mb: float) -> list[dict[str, Any]]:
     """cProfile of the fast encoder in this process over about ``mb`` MB: the top functions by own time."""
     from workflow_scripts.tokens import fast_encode
-    from workflow_scripts.tokens.encode import Tokenizer
+    from workflow_scripts.tokens.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(model)
     plan, _ = tokenizer.fast_plan

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -26,25 +27,31 @@ from pathlib import Path
 import harness
 import yaml
 
+from workflow_scripts.core.train_layout import TrainLayout
+
 SUMMARY = re.compile(r"= ([\d,]+) tokens/s; peak memory RSS (\d+) MiB")
 
 
 def prepare(pack: str, work: Path) -> tuple[Path, Path, Path]:
-    """The pack's config and keys.json, pointed at a checkpoint folder under ``work``."""
-    source = harness.ROOT / "results" / "train" / pack
-    if not (source / f"{pack}.yml").exists():
-        raise SystemExit(f"no {source}/{pack}.yml: run the sample first (snakemake --profile profiles/local)")
+    """The pack's config and keys file, pointed at a checkpoint folder under ``work``."""
+    source, copy = TrainLayout(str(harness.ROOT / "results" / "train")), TrainLayout(str(work))
+    if not os.path.exists(source.config(pack, ".yml")):
+        raise SystemExit(
+            f"no {source.config(pack, '.yml')}: run the sample first"
+            " (snakemake --profile profiles/local --configfile config/sample.yaml)"
+        )
     work.mkdir(parents=True, exist_ok=True)
     ckpt = work / "checkpoints"
-    config = yaml.safe_load((source / f"{pack}.yml").read_text())
+    config = yaml.safe_load(Path(source.config(pack, ".yml")).read_text())
     config.update(save=str(ckpt), load=str(ckpt), iteration_offset=0, exit_interval=config["train_iters"])
     config_path = work / f"{pack}.yml"
     config_path.write_text(yaml.safe_dump(config))
-    keys = json.loads((source / "keys.json").read_text())
+    keys = json.loads(Path(source.keys(pack)).read_text())
     keys["config"] = str(config_path)
     for key in ("save", "iteration_offset", "exit_interval"):
         keys["set"][key]["value"] = config[key]
-    keys_path = work / "keys.json"
+    keys_path = Path(copy.keys(pack))
+    keys_path.parent.mkdir(parents=True, exist_ok=True)
     keys_path.write_text(json.dumps(keys))
     return config_path, keys_path, ckpt
 

@@ -80,7 +80,7 @@ rule dedup_bands:
 checkpoint dedup_cluster:
     input:
         signatures=f"{DEDUP_WORK}/signatures.txt",
-        pairs=get_pair_files(),
+        pairs=pair_files(DEDUP_WORK, config["dedup"]["partitions"], config["dedup"]["band_groups"]),
     output:
         clusters=f"{DEDUP}/clusters.tsv",
         summary=f"{DEDUP_WORK}/cluster_summary.json",

@@ -38,12 +38,12 @@ rule ingest_stats:
         + " && python -m workflow_scripts stats --stage ingest --output {output:q} @{log:q}.inputs > {log:q} 2>&1"
 
 
-# A part of one of the lists of every shard (see LIST_CHUNK in common.smk): the signatures, the shards the
+# A part of one of the lists of every shard (core/lists.py): the signatures, the shards the
 # tokenizer reads, the tokenized prefixes. It waits for the jobs that make its shards' files, and lives in
 # their directory (see LISTED).
 rule list_chunk:
     input:
-        lambda wildcards: chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk),
+        lambda wildcards: lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk),
     output:
         f"{OUT}/{{listed}}/_lists/{{chunk}}.txt",
     log:
@@ -51,7 +51,7 @@ rule list_chunk:
     wildcard_constraints:
         listed="|".join(map(re.escape, LIST_KIND)),
     params:
-        lines=lambda wildcards: chunk_of(list_entries(LIST_KIND[wildcards.listed])[1], wildcards.chunk),
+        lines=lambda wildcards: lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[1], wildcards.chunk),
     localrule: True
     conda:
         "../envs/data.yaml"

@@ -12,7 +12,7 @@ rule report_plan:
     input:
         plan=f"{OUT}/plan.json",
         mixtures=expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
-        configs=f"{TRAIN}/configs.csv" if config["train"]["base_config"] else [],
+        configs=TRAIN_LAYOUT.file(train_layout.CONFIGS_CSV) if config["train"]["base_config"] else [],
         captions=report_captions("plan"),
     output:
         **report_outputs("plan"),

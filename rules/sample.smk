@@ -5,7 +5,7 @@
 
 rule sample:
     output:
-        sample_outputs(),
+        inputs.sample_files(config, SAMPLE_DIR),
     log:
         f"{LOGS}/sample.log",
     params:

@@ -64,16 +64,18 @@ rule tokenize:
 
 rule import_tokenized:
     input:
-        unpack(get_import_inputs),
+        bin=lambda wildcards: f"{IMPORTS[wildcards.imported].prefix}.bin",
+        idx=lambda wildcards: f"{IMPORTS[wildcards.imported].prefix}.idx",
+        model=lambda wildcards: IMPORTS[wildcards.imported].tokenizer_model,
     output:
         multiext(f"{TOK}/{naming.tokenized_prefix('{imported}')}", ".bin", ".idx", ".stats.json"),
     log:
         f"{LOGS}/tokenize/{{imported}}.log",
     params:
-        source=lambda wildcards: get_import(wildcards).prefix,
+        source=lambda wildcards: IMPORTS[wildcards.imported].prefix,
         prefix=lambda wildcards: f"{TOK}/{naming.tokenized_prefix(wildcards.imported)}",
         checks=lambda wildcards: shlex.join(
-            ["--eod", get_import(wildcards).eod, *(["--bos", b] if (b := get_import(wildcards).bos) else [])]
+            ["--eod", IMPORTS[wildcards.imported].eod, *(["--bos", b] if (b := IMPORTS[wildcards.imported].bos) else [])]
         ),
     conda:
         "../envs/tokenize.yaml"

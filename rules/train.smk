@@ -1,8 +1,8 @@
 """Stage 7, train: the per-pack trainer configs, then (target ``train`` only) the training itself.
 
 Configs: reads ``plan.json``, ``tokenized/signature.json`` and the user's base config; writes
-``train/{pack}/{pack}.yml`` (GPT-NeoX) or ``.args`` (Megatron-LM) with ``keys.json`` (every computed key
-and why), and ``train/configs.csv/.md`` (iterations, cadence, segments). Part of the default target.
+``train/{pack}/{pack}.yml`` (GPT-NeoX) or ``.args`` (Megatron-LM) with its keys file (every computed key
+and why; the train tree's names are core/train_layout.py's), and ``train/configs.csv/.md`` (iterations, cadence, segments). Part of the default target.
 
 Training (never in the default target: building data submits no GPU job): each pack is a chain of
 segments, one Slurm job each, that resume from ``latest``; after each segment its checkpoint is evaluated
@@ -21,13 +21,13 @@ checkpoint train_config:
         # SFT packs count k_bin_packed bins, from the merged packs' lengths
         merged=lambda wildcards: get_merged_packs(wildcards) if config["tokenize"]["mode"] == "sft" else [],
     output:
-        config=f"{TRAIN}/{{pack}}/{{pack}}{TRAIN_CONFIG_EXT}",
-        record=f"{TRAIN}/{{pack}}/keys.json",
+        config=TRAIN_LAYOUT.config("{pack}", TRAIN_CONFIG_EXT),
+        record=TRAIN_LAYOUT.keys("{pack}"),
     log:
-        f"{LOGS}/train/{{pack}}_config.log",
+        TRAIN_LAYOUT.log("{pack}_config"),
     localrule: True
     params:
-        train=train_config_json(),
+        train=json.dumps(trained_keys(config["train"]), sort_keys=True),
         checkpoints=CHECKPOINTS,
         seed=config["seed"],
         mode=config["tokenize"]["mode"],
@@ -44,13 +44,13 @@ rule train_configs:
     input:
         get_train_configs,
     output:
-        csv=f"{TRAIN}/configs.csv",
-        md=f"{TRAIN}/configs.md",
+        csv=TRAIN_LAYOUT.file(train_layout.CONFIGS_CSV),
+        md=TRAIN_LAYOUT.file(train_layout.CONFIGS_MD),
     log:
-        f"{LOGS}/train/configs.log",
+        TRAIN_LAYOUT.log("configs"),
     localrule: True
     params:
-        records=lambda wildcards: [f"{TRAIN}/{p}/keys.json" for p in planned_packs()],
+        records=lambda wildcards: [TRAIN_LAYOUT.keys(p) for p in planned_packs()],
     conda:
         "../envs/train.yaml"
     shell:
@@ -62,19 +62,19 @@ rule train_segment:
     input:
         unpack(get_segment_inputs),
     output:
-        f"{TRAIN}/{{pack}}/segments/{{segment}}.json",
+        TRAIN_LAYOUT.record("{pack}", "{segment}"),
     log:
-        f"{LOGS}/train/{{pack}}/segment_{{segment}}.log",
+        TRAIN_LAYOUT.step_log("{pack}", "segment", "{segment}"),
     benchmark:
         f"{BENCH}/train/{{pack}}/segment_{{segment}}.tsv"
     retries: config["train"]["segment_retries"]
     resources:
         runtime=math.ceil(config["train"]["time_limit_minutes"]),
         nodes=config["train"]["nodes"],
-        estimate_s=segment_estimate_s,
+        estimate_s=lambda wildcards: pack_summary(wildcards.pack).estimate_s(),
         attempt=lambda wildcards, attempt: attempt,
     params:
-        segments=lambda wildcards: pack_segments(wildcards.pack),
+        segments=lambda wildcards: pack_summary(wildcards.pack).segments,
         launch=lambda wildcards: config["train"]["launch"],  # functions: {config} is the trainer's
         margin=config["train"]["save_minutes"],
         finetune=finetune_option(),
@@ -88,12 +88,12 @@ rule train_segment:
 
 rule train_eval:
     input:
-        pack_keys=lambda wildcards: pack_keys_file(wildcards.pack),
-        record=f"{TRAIN}/{{pack}}/segments/{{segment}}.json",
+        pack_keys=TRAIN_LAYOUT.keys("{pack}"),
+        record=TRAIN_LAYOUT.record("{pack}", "{segment}"),
     output:
-        f"{TRAIN}/{{pack}}/eval/{{segment}}.json",
+        TRAIN_LAYOUT.evaluation("{pack}", "{segment}"),
     log:
-        f"{LOGS}/train/{{pack}}/eval_{{segment}}.log",
+        TRAIN_LAYOUT.step_log("{pack}", "eval", "{segment}"),
     params:
         launch=lambda wildcards: config["train"]["eval_launch"] or "",
     conda:
@@ -105,16 +105,16 @@ rule train_eval:
 
 rule train_prune:
     input:
-        unpack(get_prune_inputs),
+        unpack(lambda wildcards: train_chain().prune_inputs(wildcards.pack, int(wildcards.segment))),
     output:
-        f"{TRAIN}/{{pack}}/retention/{{segment}}.json",
+        TRAIN_LAYOUT.retention("{pack}", "{segment}"),
     log:
-        f"{LOGS}/train/{{pack}}/retention_{{segment}}.log",
+        TRAIN_LAYOUT.step_log("{pack}", "retention", "{segment}"),
     localrule: True
     params:
         keep_last=config["train"]["keep_last"],
         milestones=" ".join(map(str, config["train"]["milestones"])),
-        protect=lambda wildcards: retention_protected(),
+        protect=lambda wildcards: " ".join(map(str, train_chain().protected)),
     conda:
         "../envs/train.yaml"
     shell:
@@ -124,12 +124,12 @@ rule train_prune:
 
 rule train_pack:
     input:
-        pack_keys=lambda wildcards: pack_keys_file(wildcards.pack),
-        records=get_pack_records,
+        pack_keys=TRAIN_LAYOUT.keys("{pack}"),
+        records=lambda wildcards: train_chain().records(wildcards.pack),
     output:
-        f"{TRAIN}/{{pack}}/done.json",
+        TRAIN_LAYOUT.done("{pack}"),
     log:
-        f"{LOGS}/train/{{pack}}/done.log",
+        TRAIN_LAYOUT.step_log("{pack}", "done"),
     localrule: True
     conda:
         "../envs/train.yaml"
@@ -139,16 +139,16 @@ rule train_pack:
 
 rule train_curve:
     input:
-        records=get_all_records,
-        evals=get_all_evals,
+        records=lambda wildcards: train_chain().records(),
+        evals=lambda wildcards: train_chain().evaluations(),
     output:
-        loss=f"{TRAIN}/loss.csv",
-        png=f"{TRAIN}/loss.png",
-        evals=f"{TRAIN}/evals.csv",
-        segments=f"{TRAIN}/segments.csv",
-        stats=f"{TRAIN}/stats.json",
+        loss=TRAIN_LAYOUT.file(train_layout.LOSS_CSV),
+        png=TRAIN_LAYOUT.file(train_layout.LOSS_PNG),
+        evals=TRAIN_LAYOUT.file(train_layout.EVALS_CSV),
+        segments=TRAIN_LAYOUT.file(train_layout.SEGMENTS_CSV),
+        stats=TRAIN_LAYOUT.file(train_layout.STATS),
     log:
-        f"{LOGS}/train/curve.log",
+        TRAIN_LAYOUT.log("curve"),
     localrule: True
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.loss),
@@ -159,41 +159,41 @@ rule train_curve:
         " --evals {input.evals:q} > {log:q} 2>&1"
 
 
-if config["train"]["detach"]:
+rule train:
+    """Every pack trained to its last step through the segment chain (Slurm jobs with a profile); with
+    ``train.detach``, what is left of the chain submitted as sbatch jobs (train_detach)."""
+    localrule: True
+    input:
+        lambda wildcards: [TRAIN_LAYOUT.detach_flag] if config["train"]["detach"] else train_chain().target(),
 
-    rule train:
-        """Submit what is left of the chain as sbatch jobs (--dependency=afterany) and return."""
-        input:
-            pack_keys=get_detach_inputs,
-        log:
-            f"{LOGS}/train/detach.log",
-        localrule: True
-        conda:
-            "../envs/train.yaml"
-        params:
-            train=lambda wildcards: json.dumps(config["train"], sort_keys=True),
-            train_dir=TRAIN,
-            logs_dir=LOGS,
-            state=f"{TRAIN}/detach/chain.json",
-            sft="--sft" if config["tokenize"]["mode"] == "sft" else "",
-        shell:
-            "python -m workflow_scripts train-detach --train-json {params.train:q} --train-dir {params.train_dir:q}"
-            " --logs-dir {params.logs_dir:q} --state {params.state:q} {params.sft} {input.pack_keys:q} 2>&1 | tee -a {log:q}"
 
-else:
-
-    rule train:
-        """Every pack trained to its last step through the segment chain (Slurm jobs with a profile)."""
-        localrule: True
-        input:
-            get_train_target,
+rule train_detach:
+    """Submit what is left of the chain as sbatch jobs (--dependency=afterany) and return."""
+    input:
+        pack_keys=lambda wildcards: [p.keys for p in train_chain().packs],
+    output:
+        temp(touch(TRAIN_LAYOUT.detach_flag)),  # gone once `train` has it: each `snakemake train` submits again
+    log:
+        TRAIN_LAYOUT.log("detach"),
+    localrule: True
+    conda:
+        "../envs/train.yaml"
+    params:
+        train=lambda wildcards: json.dumps(config["train"], sort_keys=True),
+        train_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output[0])),
+        logs_dir=LOGS,
+        state=TRAIN_LAYOUT.detach_state,
+        sft="--sft" if config["tokenize"]["mode"] == "sft" else "",
+    shell:
+        "python -m workflow_scripts train-detach --train-json {params.train:q} --train-dir {params.train_dir:q}"
+        " --logs-dir {params.logs_dir:q} --state {params.state:q} {params.sft} {input.pack_keys:q} 2>&1 | tee -a {log:q}"
 
 
 rule status:
     """Where the training stands: segments, Slurm states, iterations, s/iter, ETA, disk, stalls."""
     localrule: True
     log:
-        f"{LOGS}/train/status.log",
+        TRAIN_LAYOUT.log("status"),
     params:
         train=lambda wildcards: json.dumps(config["train"], sort_keys=True),
         train_dir=TRAIN,

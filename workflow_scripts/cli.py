@@ -44,7 +44,7 @@ COMMANDS: dict[str, Command] = {
     "count": _c("tokens.count", "count-named links (_dc=_sc=_tc=) and the data signature"),
     "stats": _c("core.stage_stats", "a stage's stats.json from its jobs' stats (checked to add up)"),
     "mixture": _c("datapacks.mixture", "a named mixture -> sampling probabilities and trainer paths"),
-    "plan": _c("datapacks.plan_report", "the datapack plan: plan.json, plan.csv, plan.md"),
+    "plan": _c("datapacks.plan_files", "the datapack plan: plan.json, plan.csv, plan.md"),
     "shuffle": _c("datapacks.slicer", "a seeded shuffled copy of a tokenized source", "shuffle_main"),
     "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
     "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
@@ -61,9 +61,9 @@ COMMANDS: dict[str, Command] = {
     "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
     "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
-    "merge": _c("core.indexed_dataset", "merge .bin/.idx prefixes in order", "merge_main"),
-    "verify": _c("core.indexed_dataset", "check every .bin/.idx invariant", "verify_main"),
-    "info": _c("core.indexed_dataset", "counts and dtype of a .bin/.idx prefix", "info_main"),
+    "merge": _c("core.dataset_commands", "merge .bin/.idx prefixes in order", "merge_main"),
+    "verify": _c("core.dataset_commands", "check every .bin/.idx invariant", "verify_main"),
+    "info": _c("core.dataset_commands", "counts and dtype of a .bin/.idx prefix", "info_main"),
 }
 
 

@@ -18,16 +18,14 @@ import pytest
 from tests.utils import build_dataset
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core import indexed_dataset as idd
+from workflow_scripts.core.dataset_merge import copy_range, merge, write_slice
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetBuilder,
     IndexedDatasetError,
     best_dtype,
-    copy_range,
-    merge,
-    verify,
     write_index,
-    write_slice,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -665,7 +663,7 @@ def test_the_builder_index_spills_to_disk_and_writes_the_same_bytes(tmp_path, mo
     docs = [[list(rng.integers(0, 500, int(n))) for n in rng.integers(1, 4, 1)] for _ in range(300)]
     docs += [[list(rng.integers(0, 500, 3)), list(rng.integers(0, 500, 2))] for _ in range(50)]  # 2 sequences
     reference = build_dataset(tmp_path / "a", docs)
-    monkeypatch.setattr(idd, "_CHUNK", 7)
+    monkeypatch.setattr(idd, "INDEX_CHUNK", 7)
     spilled = build_dataset(tmp_path / "b", docs)
     for ext in (".bin", ".idx"):
         assert Path(reference + ext).read_bytes() == Path(spilled + ext).read_bytes()

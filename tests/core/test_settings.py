@@ -10,10 +10,10 @@ import pytest
 from workflow_scripts.core import settings
 from workflow_scripts.datapacks.settings import DatapacksSettings, Phase, PlanSettings, TrainingSettings
 from workflow_scripts.dedup.settings import DedupSettings
-from workflow_scripts.ingest.settings import IngestOptions
-from workflow_scripts.tokens.settings import TokenizeOptions, TokenizerOptions
+from workflow_scripts.ingest.settings import IngestSettings
+from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 
-STAGE_SETTINGS = [IngestOptions, DedupSettings, TokenizerOptions, TokenizeOptions]
+STAGE_SETTINGS = [IngestSettings, DedupSettings, TokenizerSettings, TokenizeSettings]
 ALL_SETTINGS = [*STAGE_SETTINGS, TrainingSettings, Phase, DatapacksSettings]
 # Keys that shape the DAG (what runs), not what a command computes: the rules read them.
 WORKFLOW_KEYS = {
@@ -57,16 +57,16 @@ def test_every_config_setting_reaches_a_settings_field() -> None:
 def test_options_are_derived_and_round_trip(cls: type) -> None:
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser, cls)
-    group = ["--lang", "en", "--domain", "web", "--subdomain", "cc"] if cls is IngestOptions else []
+    group = ["--lang", "en", "--domain", "web", "--subdomain", "cc"] if cls is IngestSettings else []
     defaults = settings.from_args(cls, parser.parse_args(group))
     assert defaults == cls(**{k: getattr(defaults, k) for k in ("lang", "domain", "subdomain") if group})
     flags = {a.dest for a in parser._actions if a.dest != "help"}
     assert flags == {f.name for f in dataclasses.fields(cls)}
     changed = {
         DedupSettings: {"threshold": 0.7, "char_langs": ("zh",), "exact": False, "scope": "lang"},
-        IngestOptions: {"shard_size": 5, "compress": True, "text_key": ("a", "b"), "lang": "de"},
-        TokenizerOptions: {"vocab_size": 999, "control_symbols": ()},
-        TokenizeOptions: {"mode": "sft", "append_eod": False, "sft_markers": {"<<a>>": "<a>"}},
+        IngestSettings: {"shard_size": 5, "compress": True, "text_key": ("a", "b"), "lang": "de"},
+        TokenizerSettings: {"vocab_size": 999, "control_symbols": ()},
+        TokenizeSettings: {"mode": "sft", "append_eod": False, "sft_markers": {"<<a>>": "<a>"}},
     }[cls]
     custom = dataclasses.replace(defaults, **changed)
     assert settings.from_args(cls, parser.parse_args(settings.to_args(custom))) == custom
@@ -86,4 +86,4 @@ def test_invalid_settings_are_user_errors() -> None:
     with pytest.raises(UserError, match="threshold"):
         DedupSettings(threshold=1.5)
     with pytest.raises(UserError, match="give --lang"):
-        IngestOptions(lang="en")
+        IngestSettings(lang="en")

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, merge
+from workflow_scripts.core.dataset_merge import merge
+from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec, slice_pack

@@ -5,7 +5,7 @@ import pytest
 
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE, neox_samples, tokens_for_iters, train_iters
-from workflow_scripts.datapacks.plan_report import add_training, markdown, plan_rows, training_lines
+from workflow_scripts.datapacks.plan_files import add_training, markdown, plan_rows, training_lines
 from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 from workflow_scripts.datapacks.settings import Phase, PlanSettings, TrainingSettings
 

@@ -3,14 +3,10 @@
 import numpy as np
 import pytest
 
+from workflow_scripts.core.dataset_merge import merge, write_slice
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import (
-    IndexedDataset,
-    IndexedDatasetBuilder,
-    merge,
-    verify,
-    write_slice,
-)
+from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack, write_shuffled

@@ -20,15 +20,15 @@ import zstandard
 
 from tests.utils import write_jsonl
 from workflow_scripts.core.fsio import open_binary
-from workflow_scripts.ingest.shards import IngestError, IngestOptions, check_counts, ingest
+from workflow_scripts.ingest.shards import IngestError, IngestSettings, check_counts, ingest
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 2000
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 
 
-def options(**kw: Any) -> IngestOptions:
-    return IngestOptions(shard_size=1 << 20, lang="en", domain="web", subdomain="cc", **kw)
+def options(**kw: Any) -> IngestSettings:
+    return IngestSettings(shard_size=1 << 20, lang="en", domain="web", subdomain="cc", **kw)
 
 
 def originals() -> list[dict[str, str]]:

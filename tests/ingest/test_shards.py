@@ -23,7 +23,7 @@ from workflow_scripts.ingest import shards as ingest_mod
 from workflow_scripts.ingest.shards import (
     REJECT_REASONS,
     IngestError,
-    IngestOptions,
+    IngestSettings,
     RejectedRecordError,
     check_counts,
     group_files,
@@ -36,9 +36,9 @@ REGEX = r"^(?P<lang>[a-z]{2})_(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part"
 TEXTS = ["Hello world", "Grüße aus Köln", "Привет, мир", "東京は晴れ", "مرحبا بالعالم"]
 
 
-def options(**kw: Any) -> IngestOptions:
+def options(**kw: Any) -> IngestSettings:
     group = {} if "name_regex" in kw else {"lang": "en", "domain": "web", "subdomain": "cc"}
-    return IngestOptions(**{"shard_size": 1 << 20, **group, **kw})
+    return IngestSettings(**{"shard_size": 1 << 20, **group, **kw})
 
 
 def shard_records(out: Path) -> list[dict[str, Any]]:
@@ -255,9 +255,9 @@ def test_ingest_with_name_regex_and_mixed_groups(tmp_path: Path) -> None:
 
 def test_option_and_input_errors(tmp_path: Path) -> None:
     with pytest.raises(IngestError, match="--name-regex excludes"):
-        IngestOptions(shard_size=10, lang="en", name_regex=REGEX)
+        IngestSettings(shard_size=10, lang="en", name_regex=REGEX)
     with pytest.raises(IngestError, match="give --lang, --domain and --subdomain"):
-        IngestOptions(shard_size=10, lang="en", domain="web")
+        IngestSettings(shard_size=10, lang="en", domain="web")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     a = write_jsonl(tmp_path / "a" / "en_web_cc_part-1.jsonl", [{"text": "x"}])

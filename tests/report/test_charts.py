@@ -18,7 +18,7 @@ from tests.utils import REPO, Workflow
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
-from workflow_scripts.datapacks.plan_report import add_training
+from workflow_scripts.datapacks.plan_files import add_training
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.report import plan as plan_charts

@@ -17,12 +17,18 @@ import zstandard
 from tests.utils import WORDS as ALL_WORDS
 from tests.utils import write_jsonl
 from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
+from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype
 from workflow_scripts.tokens import encode as tok
 from workflow_scripts.tokens import inspection as inspect_tool
+from workflow_scripts.tokens import reader as reader_module
+from workflow_scripts.tokens import tokenizer as tokenizer_module
 from workflow_scripts.tokens import train_tokenizer
+from workflow_scripts.tokens.framing import resolve_settings
+from workflow_scripts.tokens.reader import prefetch
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
+from workflow_scripts.tokens.tokenizer import Tokenizer, TokenizerError
 
 WORDS = {lang: ALL_WORDS[lang] for lang in ("en", "ru", "zh", "ja")}
 USER, ASSISTANT = "<<<|user|>>>", "<<<|assistant|>>>"
@@ -64,14 +70,14 @@ def model(corpus: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(model: Path) -> tok.Tokenizer:
-    return tok.Tokenizer(model)
+def tokenizer(model: Path) -> Tokenizer:
+    return Tokenizer(model)
 
 
-def run_tokenize(tokenizer: tok.Tokenizer, src: Path, out: Path, **kwargs) -> tuple[dict, str]:
+def run_tokenize(tokenizer: Tokenizer, src: Path, out: Path, **kwargs) -> tuple[dict, str]:
     workers = kwargs.pop("workers", 1)
     batch_bytes = kwargs.pop("batch_bytes", 1 << 20)
-    settings = tok.resolve_settings(tokenizer, **kwargs)
+    settings = resolve_settings(tokenizer, **kwargs)
     stats = tok.tokenize_file(
         str(src), str(out), tokenizer, settings, workers=workers, batch_bytes=batch_bytes
     )
@@ -138,7 +144,7 @@ def test_training_without_text_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
 # --- token lookup -----------------------------------------------------------------------------------------
 
 
-def foreign_model(corpus: list[Path], path: Path, **options: object) -> tok.Tokenizer:
+def foreign_model(corpus: list[Path], path: Path, **options: object) -> Tokenizer:
     """A SentencePiece model trained elsewhere: SentencePiece's own defaults plus ``options``."""
     lines = [json.loads(line)["text"] for line in corpus[0].read_text(encoding="utf-8").splitlines()]
     spm.SentencePieceTrainer.train(
@@ -149,7 +155,7 @@ def foreign_model(corpus: list[Path], path: Path, **options: object) -> tok.Toke
         minloglevel=2,
         **options,
     )
-    return tok.Tokenizer(path.with_suffix(".model"))
+    return Tokenizer(path.with_suffix(".model"))
 
 
 @pytest.mark.parametrize(
@@ -175,27 +181,27 @@ def test_eod_rule_for_foreign_models(
 
 def test_eod_rule_refuses_a_model_without_eod(corpus: list[Path], tmp_path: Path) -> None:
     tokenizer = foreign_model(corpus, tmp_path / "m", eos_id=-1)
-    with pytest.raises(tok.TokenizerError, match=r"m\.model: no EOD token: .* set tokenize\.eod_piece"):
+    with pytest.raises(TokenizerError, match=r"m\.model: no EOD token: .* set tokenize\.eod_piece"):
         tokenizer.eod("auto")
     assert tokenizer.eod("id:1")[0] == 1
 
 
-def test_eod_rule_on_the_trained_model(tokenizer: tok.Tokenizer) -> None:
+def test_eod_rule_on_the_trained_model(tokenizer: Tokenizer) -> None:
     assert tokenizer.eod()[0] == tokenizer.sp.eos_id() == tokenizer.token_id("<|endoftext|>")
 
 
-def test_token_lookup_validates(tokenizer: tok.Tokenizer) -> None:
+def test_token_lookup_validates(tokenizer: Tokenizer) -> None:
     assert tokenizer.token_id("<|endoftext|>") == tokenizer.sp.piece_to_id("<|endoftext|>") > 2
     assert tokenizer.token_id("id:7") == 7
     assert tokenizer.token_id("<unk>") == tokenizer.sp.unk_id()
-    with pytest.raises(tok.TokenizerError, match="silently use <unk>"):
+    with pytest.raises(TokenizerError, match="silently use <unk>"):
         tokenizer.token_id("<|missing|>")
-    with pytest.raises(tok.TokenizerError, match="outside the vocabulary"):
+    with pytest.raises(TokenizerError, match="outside the vocabulary"):
         tokenizer.token_id(f"id:{tokenizer.vocab_size}")
-    with pytest.raises(tok.TokenizerError, match="id:N"):
+    with pytest.raises(TokenizerError, match="id:N"):
         tokenizer.token_id("id:x")
-    with pytest.raises(tok.TokenizerError, match="needs at least one"):
-        tok.resolve_settings(tokenizer, sft=True)
+    with pytest.raises(TokenizerError, match="needs at least one"):
+        resolve_settings(tokenizer, sft=True)
 
 
 # --- tokenization ------------------------------------------------------------------------------------------
@@ -210,7 +216,7 @@ ROUND_TRIP = [
 ]
 
 
-def test_round_trip_eod_and_bos(tokenizer: tok.Tokenizer, tmp_path: Path) -> None:
+def test_round_trip_eod_and_bos(tokenizer: Tokenizer, tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(ROUND_TRIP)])
     stats, prefix = run_tokenize(tokenizer, src, tmp_path / "out", eod="<|endoftext|>", bos="<s>")
     eod, bos = tokenizer.token_id("<|endoftext|>"), tokenizer.token_id("<s>")
@@ -227,7 +233,7 @@ def test_round_trip_eod_and_bos(tokenizer: tok.Tokenizer, tmp_path: Path) -> Non
 
 
 def test_output_independent_of_batching_workers_and_numpy_path(
-    tokenizer: tok.Tokenizer, corpus: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: Tokenizer, corpus: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reference, prefix = run_tokenize(tokenizer, corpus[0], tmp_path / "a", eod="<|endoftext|>")
     expected = [Path(prefix + ext).read_bytes() for ext in (".bin", ".idx", ".stats.json")]
@@ -251,7 +257,7 @@ def test_output_independent_of_batching_workers_and_numpy_path(
     }
 
 
-def test_every_reject_reason(tokenizer: tok.Tokenizer, tmp_path: Path) -> None:
+def test_every_reject_reason(tokenizer: Tokenizer, tmp_path: Path) -> None:
     long_text = "the quick brown fox jumps over the lazy dog " * 20
     records: list[dict | bytes] = [
         {"id": "ok", "text": long_text},
@@ -295,7 +301,7 @@ def test_every_reject_reason(tokenizer: tok.Tokenizer, tmp_path: Path) -> None:
 
 
 def test_text_that_encodes_to_nothing_is_empty(
-    tokenizer: tok.Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = tokenizer.encode_flat
 
@@ -314,7 +320,7 @@ def test_text_that_encodes_to_nothing_is_empty(
     ]
 
 
-def test_sft_markers_become_control_ids(tokenizer: tok.Tokenizer, tmp_path: Path) -> None:
+def test_sft_markers_become_control_ids(tokenizer: Tokenizer, tmp_path: Path) -> None:
     text = f"{USER}Translate: hello{USER}\n{ASSISTANT}Sveiki{ASSISTANT}"
     records = [{"id": "chat", "text": text}, {"id": "plain", "text": "no markers here"}]
     src = write_jsonl(tmp_path / "in.jsonl", records)
@@ -328,8 +334,8 @@ def test_sft_markers_become_control_ids(tokenizer: tok.Tokenizer, tmp_path: Path
     ]  # fmt: skip
     assert stats["rejected"]["no_sft_marker"] == 1 and stats["docs_out"] == 1
     assert stats["mode"] == "sft" and stats["sft_markers"] == {USER: user, ASSISTANT: 5}
-    with pytest.raises(tok.TokenizerError, match="not in"):
-        tok.resolve_settings(tokenizer, sft=True, sft_markers=[f"{USER}=<|nobody|>"])
+    with pytest.raises(TokenizerError, match="not in"):
+        resolve_settings(tokenizer, sft=True, sft_markers=[f"{USER}=<|nobody|>"])
 
 
 def test_marker_specs_and_splitting() -> None:
@@ -348,7 +354,7 @@ def test_marker_specs_and_splitting() -> None:
 
 
 def test_vocabulary_over_65500_writes_int32(
-    tokenizer: tok.Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert best_dtype(65499) == np.uint16 and best_dtype(65500) == np.int32
     monkeypatch.setattr(tokenizer, "vocab_size", 70000)
@@ -360,7 +366,7 @@ def test_vocabulary_over_65500_writes_int32(
 
 
 def test_cli_megatron_names_and_zst_input(
-    tokenizer: tok.Tokenizer, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tokenizer: Tokenizer, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = tmp_path / "en_web_cc_split_0001.jsonl.zst"
     src.write_bytes(zstandard.ZstdCompressor().compress(b'{"id": 1, "text": "hello world"}\n'))
@@ -402,7 +408,7 @@ def test_failed_run_leaves_no_output(model: Path, tmp_path: Path, capsys: pytest
 
 
 def test_prefetch_stops_its_thread_when_closed_early() -> None:
-    gen = tok.prefetch((i for i in range(100)), depth=1)
+    gen = prefetch((i for i in range(100)), depth=1)
     assert next(gen) == 0
     gen.close()
     assert not any(t.name == "tokenize-reader" for t in threading.enumerate())
@@ -415,7 +421,7 @@ def test_prefetch_reraises_producer_errors() -> None:
 
     got = []
     with pytest.raises(OSError, match="disk gone"):
-        for x in tok.prefetch(items()):
+        for x in prefetch(items()):
             got.append(x)
     assert got == [1]
 
@@ -423,9 +429,7 @@ def test_prefetch_reraises_producer_errors() -> None:
 # --- inspection --------------------------------------------------------------------------------------------
 
 
-def test_inspect_shows_text_pieces_ids_and_counts(
-    tokenizer: tok.Tokenizer, model: Path, tmp_path: Path
-) -> None:
+def test_inspect_shows_text_pieces_ids_and_counts(tokenizer: Tokenizer, model: Path, tmp_path: Path) -> None:
     src = write_jsonl(
         tmp_path / "in.jsonl", [{"id": 1, "text": "hello world"}, {"id": 2, "text": "river stone"}]
     )
@@ -466,14 +470,14 @@ LONG_TEXTS = [
     ],
 )
 def test_long_documents_encode_in_pieces_to_the_same_ids(
-    tokenizer: tok.Tokenizer,
+    tokenizer: Tokenizer,
     corpus: list[Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     options: dict | None,
 ) -> None:
     model = tokenizer if options is None else foreign_model(corpus, tmp_path / "m", **options)
-    monkeypatch.setattr(tok, "LONG_CHARS", 37)
+    monkeypatch.setattr(tokenizer_module, "LONG_CHARS", 37)
     for text in LONG_TEXTS:
         before = model.unsafe_cuts
         pieces = list(model.pieces(text, 37))
@@ -490,13 +494,14 @@ def test_long_documents_encode_in_pieces_to_the_same_ids(
 
 
 def test_a_long_document_streams_to_the_same_bytes(
-    tokenizer: tok.Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     texts = ["short first", *LONG_TEXTS[:3], "x y", LONG_TEXTS[0]]  # texts with spaces: safe cuts only
     records = [{"id": i, "text": t} for i, t in enumerate(texts)]
     src = write_jsonl(tmp_path / "in.jsonl", records)
     _, prefix = run_tokenize(tokenizer, src, tmp_path / "whole", eod="auto", batch_bytes=100)
-    monkeypatch.setattr(tok, "LONG_CHARS", 37)
+    for module in (tokenizer_module, reader_module):  # the encoder and the batches' long-document check
+        monkeypatch.setattr(module, "LONG_CHARS", 37)
     _, streamed = run_tokenize(tokenizer, src, tmp_path / "pieces", eod="auto", bos="<s>", batch_bytes=100)
     pieces_again, again = run_tokenize(tokenizer, src, tmp_path / "again", eod="auto", batch_bytes=100)
     assert [Path(prefix + e).read_bytes() for e in (".bin", ".idx")] == [

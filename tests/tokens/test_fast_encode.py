@@ -15,7 +15,9 @@ from tests.utils import WORDS, Workflow, write_jsonl
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import encode as tok
 from workflow_scripts.tokens import fast_encode as fe
+from workflow_scripts.tokens.framing import resolve_settings
 from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
+from workflow_scripts.tokens.tokenizer import Tokenizer
 from workflow_scripts.tokens.train_tokenizer import trainer_options
 
 NO_SPACE = ("zh", "ja", "th")
@@ -300,8 +302,8 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     records = [{"id": i, "text": t} for i, t in enumerate(docs) if t.strip()]
     rng.shuffle(records)
     src = write_jsonl(tmp_path / "in.jsonl", records)
-    tokenizer = tok.Tokenizer(model_path)
-    settings = tok.resolve_settings(
+    tokenizer = Tokenizer(model_path)
+    settings = resolve_settings(
         tokenizer,
         eod="auto",
         bos="<s>",

@@ -14,7 +14,7 @@ from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import count, imported, sources
-from workflow_scripts.tokens.encode import Tokenizer
+from workflow_scripts.tokens.tokenizer import Tokenizer
 
 
 def hand_built(prefix: Path, documents: list[list[list[int]]], code: int = 8) -> Path:

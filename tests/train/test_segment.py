@@ -71,7 +71,14 @@ def pack(tmp_path: Path) -> dict:
         json.dumps(
             {
                 "config": str(config),
-                "summary": {"pack": "p", "segments": 4, "iteration_offset": 10, "train_iters": 25},
+                "summary": {
+                    "pack": "p",
+                    "segments": 4,
+                    "iteration_offset": 10,
+                    "train_iters": 25,
+                    "exit_interval": 10,
+                    "hours": 0.01,
+                },
                 "set": {k: {"value": v} for k, v in values.items()},
                 "environment": {"SFT_ENABLED": "1"},
             }

@@ -87,5 +87,5 @@ def test_rule_env_provides_its_commands_imports(rule: str, command: str, env: st
 
 
 def test_the_scan_sees_through_the_package() -> None:
-    assert {"pandas", "tabulate", "pyyaml", "numpy"} <= third_party("workflow_scripts.datapacks.plan_report")
+    assert {"pandas", "tabulate", "pyyaml", "numpy"} <= third_party("workflow_scripts.datapacks.plan_files")
     assert "sentencepiece" in third_party("workflow_scripts.tokens.encode")

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from tests.utils import REPO, Workflow, build_dataset, train_tokenizer, web_source
-from workflow_scripts.core.indexed_dataset import IndexedDataset, verify
+from workflow_scripts.core.dataset_verify import verify
+from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate

@@ -1,10 +1,14 @@
 """Core: what every stage shares and no stage owns.
 
-- ``indexed_dataset``: the Megatron ``.bin/.idx`` format (build, read, verify, merge, slice);
+- ``indexed_dataset``: the Megatron ``.bin/.idx`` format (read, build; its columns spill to disk through
+  ``spill_column``); ``dataset_verify`` checks every invariant, ``dataset_merge`` merges and slices, and
+  ``dataset_commands`` holds ``snakepack verify``, ``info`` and ``merge``;
 - ``fsio``: crash-safe writes (temporary name, then rename) and compressed line files;
-- ``naming``: every name in the results tree, built and parsed in one place;
+- ``naming``: every name in the results tree, built and parsed in one place (``train_layout``: training);
+- ``lists``: the chunked lists of every shard that barrier rules write;
 - ``settings``: typed settings whose defaults come from ``config/schema.yaml``;
 - ``stage_stats``: a stage's ``stats.json`` and the one balance check (in = out + dropped);
-- ``cli``: the error convention (a user error is one line and exit status 2);
-- ``runtime``: how rule jobs find this package's interpreter.
+- ``cli``: the error convention (a user error is one line and exit status 2); ``config_errors``: one-line
+  configuration errors;
+- ``runtime``: how rule jobs find this package's interpreter, and small Snakemake helpers.
 """

@@ -1,4 +1,4 @@
-"""Megatron indexed datasets (``.bin``/``.idx``, "MMIDIDX" version 1): write, read, verify, merge, slice.
+"""Megatron indexed datasets (``.bin``/``.idx``, "MMIDIDX" version 1): the format, its reader and writers.
 
 Layout of ``PREFIX.idx`` (little-endian): 9-byte magic ``MMIDIDX\\0\\0``, ``<Q`` version 1, ``<B`` dtype code,
 ``<Q`` S (sequences), ``<Q`` D (length of the document index = documents + 1), then ``int32[S]`` sequence
@@ -11,9 +11,10 @@ dtype codes follow Megatron-LM core: 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64,
 ambiguous between the two; token files only ever use 4 (int32) or 8 (uint16), where all agree, and those
 are the only codes written here. The reader accepts every code of the table above.
 
-Merging follows Megatron ``IndexedDatasetBuilder.add_index`` (each input's document index is offset by the
-sequences before it, its leading 0 dropped), not GPT-NeoX ``merge_file_``, which leaves the document index
-at ``[0]``. Inputs are merged in the order given, never sorted.
+Here: the header and dtypes, the memory-mapped reader (``IndexedDataset``), the index writer
+(``write_index``), the streaming builder (``IndexedDatasetBuilder``, its index in ``spill_column`` columns)
+and a cheap identity (``fingerprint``). Checking every invariant is ``dataset_verify``; merging and slicing
+``dataset_merge``; the ``verify``/``info``/``merge`` commands ``dataset_commands``.
 
 Pointers are always computed in int64 (numpy >= 2 keeps ``int32 * int`` in int32 and would wrap). All
 outputs are written to temporary names and renamed only on success.
@@ -21,18 +22,13 @@ outputs are written to temporary names and renamed only on success.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import errno
 import hashlib
 import os
 import struct
-import sys
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
@@ -40,8 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import atomic_path, dumps_json, write_json
-from workflow_scripts.core.progress import Progress
+from workflow_scripts.core.fsio import atomic_path
+from workflow_scripts.core.spill_column import ColumnChunks, SpillColumn
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -62,9 +58,8 @@ DTYPES: dict[int, np.dtype] = {
 TOKEN_DTYPE_CODES: dict[np.dtype, int] = {np.dtype("<i4"): 4, np.dtype("<u2"): 8}
 UINT16_VOCAB_LIMIT = 65500  # Megatron DType.optimal_dtype / GPT-NeoX __best_fitting_dtype: < 65500 -> uint16
 
-_CHUNK = 1 << 22  # index elements handled per step when streaming index arrays
+INDEX_CHUNK = 1 << 22  # index elements handled per step when streaming index arrays
 COLUMN_BUFFER = 1 << 20  # index elements a builder keeps in memory before spilling them
-_COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
 
 DTypeLike = npt.DTypeLike
 PathLike = str | os.PathLike[str]
@@ -117,7 +112,8 @@ class Header:
         return HEADER_SIZE + 12 * self.num_sequences + 8 * self.doc_idx_len
 
 
-def _size(path: str) -> int:
+def file_size(path: str) -> int:
+    """The size of ``path`` in bytes; a missing file is an ``IndexedDatasetError``."""
     try:
         return os.stat(path).st_size
     except FileNotFoundError:
@@ -127,7 +123,7 @@ def _size(path: str) -> int:
 def read_header(path: PathLike) -> Header:
     """Read and check the header of an ``.idx`` file (magic, version, dtype code, size)."""
     path = os.fspath(path)
-    size = _size(path)
+    size = file_size(path)
     with open(path, "rb") as f:
         raw = f.read(HEADER_SIZE)
     if raw[: len(MAGIC)] != MAGIC[: len(raw)]:
@@ -183,7 +179,7 @@ class IndexedDataset:
         self.idx_path = idx_path(prefix)
         self.bin_path = bin_path(prefix)
         self.header = read_header(self.idx_path)
-        self.bin_size = _size(self.bin_path)
+        self.bin_size = file_size(self.bin_path)
         s, d = self.header.num_sequences, self.header.doc_idx_len
         idx = np.memmap(self.idx_path, dtype=np.uint8, mode="r")
         self.lengths: np.ndarray = np.frombuffer(idx, "<i4", s, HEADER_SIZE)
@@ -274,57 +270,6 @@ class IndexedDataset:
         }
 
 
-def verify(prefix: PathLike) -> dict[str, Any]:
-    """Check every invariant of ``prefix``; return its summary or raise ``IndexedDatasetError``.
-
-    Memory stays bounded: the index arrays are checked in chunks.
-    """
-    ds = IndexedDataset(prefix)
-    where = ds.idx_path
-    s, d, itemsize = ds.num_sequences, ds.header.doc_idx_len, ds.itemsize
-    if d == 0:
-        raise IndexedDatasetError(f"{where}: empty document index (D=0), expected at least [0]")
-    if ds.doc_idx[0] != 0:
-        raise IndexedDatasetError(f"{where}: doc_idx[0] = {ds.doc_idx[0]}, expected 0")
-    for a in range(0, d - 1, _CHUNK):
-        chunk = ds.doc_idx[a : a + _CHUNK + 1]
-        bad = np.flatnonzero(np.diff(chunk) < 0)
-        if bad.size:
-            i = a + int(bad[0])
-            raise IndexedDatasetError(
-                f"{where}: doc_idx not monotone: doc_idx[{i}] = {ds.doc_idx[i]} > doc_idx[{i + 1}] = "
-                f"{ds.doc_idx[i + 1]}"
-            )
-    if ds.doc_idx[-1] != s:
-        raise IndexedDatasetError(f"{where}: doc_idx[-1] = {ds.doc_idx[-1]}, expected S = {s}")
-    end = 0  # byte offset where the next sequence must start
-    for a in range(0, s, _CHUNK):
-        lengths = ds.lengths[a : a + _CHUNK].astype(np.int64)
-        bad = np.flatnonzero(lengths < 0)
-        if bad.size:
-            i = a + int(bad[0])
-            raise IndexedDatasetError(f"{where}: negative length: lengths[{i}] = {lengths[bad[0]]}")
-        ends = np.cumsum(lengths) * itemsize + end
-        expected = ends - lengths * itemsize
-        bad = np.flatnonzero(ds.pointers[a : a + _CHUNK] != expected)
-        if bad.size:
-            i = a + int(bad[0])
-            if i == 0:
-                raise IndexedDatasetError(f"{where}: pointers[0] = {ds.pointers[0]}, expected 0")
-            raise IndexedDatasetError(
-                f"{where}: pointer arithmetic: pointers[{i}] - pointers[{i - 1}] = "
-                f"{int(ds.pointers[i]) - int(ds.pointers[i - 1])}, expected lengths[{i - 1}] * {itemsize} = "
-                f"{int(ds.lengths[i - 1]) * itemsize}"
-            )
-        end = int(ends[-1])
-    if ds.bin_size != end:
-        raise IndexedDatasetError(
-            f"{ds.bin_path}: size {ds.bin_size} bytes, expected tokens * itemsize = "
-            f"{end // itemsize} * {itemsize} = {end}"
-        )
-    return ds.summary()
-
-
 def write_index(
     path: PathLike, dtype: DTypeLike, length_parts: Iterable[np.ndarray], doc_idx_parts: Iterable[np.ndarray]
 ) -> None:
@@ -340,12 +285,12 @@ def write_index(
     with open(path, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, TOKEN_DTYPE_CODES[dt], seqs, docs))
         for part in length_parts:
-            for a in range(0, len(part), _CHUNK):
-                f.write(np.ascontiguousarray(part[a : a + _CHUNK], dtype="<i4"))
+            for a in range(0, len(part), INDEX_CHUNK):
+                f.write(np.ascontiguousarray(part[a : a + INDEX_CHUNK], dtype="<i4"))
         end = 0
         for part in length_parts:
-            for a in range(0, len(part), _CHUNK):
-                chunk = part[a : a + _CHUNK]
+            for a in range(0, len(part), INDEX_CHUNK):
+                chunk = part[a : a + INDEX_CHUNK]
                 pointers = np.empty(len(chunk), dtype="<i8")
                 pointers[0] = 0
                 np.cumsum(chunk[:-1], dtype=np.int64, out=pointers[1:])
@@ -354,74 +299,8 @@ def write_index(
                 end = int(pointers[-1]) + int(chunk[-1]) * dt.itemsize
                 f.write(pointers)
         for part in doc_idx_parts:
-            for a in range(0, len(part), _CHUNK):
-                f.write(np.ascontiguousarray(part[a : a + _CHUNK], dtype="<i8"))
-
-
-class _Column:
-    """An append-only 1-D integer column whose memory is bounded: values gather in a buffer of ``buffer``
-    elements that is written to an anonymous temporary file (in ``directory``) whenever it fills."""
-
-    def __init__(self, dtype: str, directory: str, buffer: int | None = None) -> None:
-        self._buffer = np.empty(buffer or min(_CHUNK, COLUMN_BUFFER), dtype=dtype)
-        self._n = 0  # values in the buffer
-        self._spilled = 0  # values in the file
-        self._directory = directory
-        self._file: IO[bytes] | None = None
-        self.last: int | None = None
-
-    def __len__(self) -> int:
-        return self._spilled + self._n
-
-    def _flush(self) -> None:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115 - closed by close()
-        self._file.write(self._buffer[: self._n].tobytes())
-        self._spilled += self._n
-        self._n = 0
-
-    def extend(self, values: np.ndarray) -> None:
-        if not len(values):
-            return
-        self.last = int(values[-1])
-        start = 0
-        while start < len(values):
-            take = min(len(self._buffer) - self._n, len(values) - start)
-            self._buffer[self._n : self._n + take] = values[start : start + take]
-            self._n += take
-            start += take
-            if self._n == len(self._buffer):
-                self._flush()
-
-    def append(self, value: int) -> None:
-        if self._n == len(self._buffer):
-            self._flush()
-        self._buffer[self._n] = value
-        self._n += 1
-        self.last = value
-
-    def chunks(self) -> Iterator[np.ndarray]:
-        """The values in order, a buffer's worth at a time (may be iterated again)."""
-        if self._file is not None:
-            self._file.seek(0)
-            for _ in range(0, self._spilled, len(self._buffer)):
-                yield np.frombuffer(self._file.read(self._buffer.nbytes), dtype=self._buffer.dtype)
-        yield self._buffer[: self._n]
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-class _Chunked:
-    """A column seen as a re-iterable sequence of parts (what ``write_index`` takes)."""
-
-    def __init__(self, column: _Column) -> None:
-        self.column = column
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return self.column.chunks()
+            for a in range(0, len(part), INDEX_CHUNK):
+                f.write(np.ascontiguousarray(part[a : a + INDEX_CHUNK], dtype="<i8"))
 
 
 class _Aborted(Exception):
@@ -431,17 +310,19 @@ class _Aborted(Exception):
 class IndexedDatasetBuilder:
     """Streaming writer of ``PREFIX.bin``/``PREFIX.idx``.
 
-    Tokens go to a temporary ``.bin`` as they are added; lengths and the document index grow in numpy
-    arrays; ``close()`` writes the ``.idx`` and renames both files into place. Used as a context manager,
-    an exception aborts: temporary files are removed and no final file appears.
+    Tokens go to a temporary ``.bin`` as they are added; lengths and the document index grow in columns
+    that spill to temporary files (``spill_column``); ``close()`` writes the ``.idx`` and renames both files
+    into place. Used as a context manager, an exception aborts: temporary files are removed and no final file
+    appears.
     """
 
     def __init__(self, prefix: PathLike, dtype: DTypeLike = np.int32) -> None:
         self.prefix = os.fspath(prefix)
         self.dtype = token_dtype(dtype)
         directory = os.path.dirname(os.path.abspath(self.prefix))
-        self._lengths = _Column("<i4", directory)
-        self._doc_idx = _Column("<i8", directory)
+        buffer = min(INDEX_CHUNK, COLUMN_BUFFER)
+        self._lengths = SpillColumn("<i4", directory, buffer)
+        self._doc_idx = SpillColumn("<i8", directory, buffer)
         self._doc_idx.append(0)
         self._num_tokens = 0
         self._stack = contextlib.ExitStack()
@@ -558,7 +439,7 @@ class IndexedDatasetBuilder:
                 )
             self._bin.close()
             self._bin = None
-            write_index(self._idx_tmp, self.dtype, _Chunked(self._lengths), _Chunked(self._doc_idx))
+            write_index(self._idx_tmp, self.dtype, ColumnChunks(self._lengths), ColumnChunks(self._doc_idx))
         except BaseException as exc:
             self.abort(exc)
             raise
@@ -577,215 +458,8 @@ class IndexedDatasetBuilder:
         self._stack.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
-    """Append ``nbytes`` bytes of file ``src`` starting at ``offset`` to the open binary file ``dst``.
-
-    Copies in the kernel with ``os.copy_file_range``, falling back to ``os.sendfile`` and then to a
-    buffered read/write loop where the file system or platform does not support it.
-    """
-    dst.flush()
-    pos = dst.tell()
-    with open(src, "rb") as f:
-        done = _copy_kernel(f.fileno(), dst.fileno(), offset, nbytes, pos)
-        if done < nbytes:
-            f.seek(offset + done)
-            dst.seek(pos + done)
-            remaining = nbytes - done
-            while remaining:
-                buf = f.read(min(remaining, 1 << 24))
-                if not buf:
-                    break
-                dst.write(buf)
-                remaining -= len(buf)
-            done = nbytes - remaining
-    if done < nbytes:
-        raise IndexedDatasetError(f"{src}: ends before byte {offset + nbytes} (copied {done} of {nbytes})")
-    dst.seek(pos + nbytes)
-
-
-_UNSUPPORTED = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP, errno.EBADF}
-
-
-def _copy_kernel(fd_in: int, fd_out: int, offset: int, nbytes: int, pos: int) -> int:
-    """Copy with ``copy_file_range`` or ``sendfile``; return the bytes copied (short at end of file or when
-    neither is supported)."""
-    done = 0
-    copy_file_range = getattr(os, "copy_file_range", None)
-    if copy_file_range is not None:
-        try:
-            while done < nbytes:
-                n = copy_file_range(fd_in, fd_out, min(nbytes - done, _COPY_CHUNK), offset + done, pos + done)
-                if n == 0:
-                    return done
-                done += n
-            return done
-        except OSError as e:
-            if e.errno not in _UNSUPPORTED:
-                raise
-    sendfile = getattr(os, "sendfile", None)
-    if sendfile is None:
-        return done
-    try:
-        os.lseek(fd_out, pos + done, os.SEEK_SET)
-        while done < nbytes:
-            n = sendfile(fd_out, fd_in, offset + done, min(nbytes - done, _COPY_CHUNK))
-            if n == 0:
-                break
-            done += n
-    except OSError as e:
-        if e.errno not in _UNSUPPORTED:
-            raise
-    return done
-
-
-def _same_file(a: str, b: str) -> bool:
-    return Path(a).resolve() == Path(b).resolve()
-
-
-def merge(
-    prefixes: Sequence[PathLike], out_prefix: PathLike, progress: Progress | None = None
-) -> dict[str, Any]:
-    """Concatenate datasets in the given order into ``out_prefix``; return the counts.
-
-    Every input is verified first; all must share one dtype. ``.bin`` bytes are copied in the kernel; the
-    index is built with numpy (memory bounded by the indexes, not the data). Output is atomic.
-    """
-    if not prefixes:
-        raise IndexedDatasetError("merge: no inputs")
-    out = os.fspath(out_prefix)
-    inputs = [os.fspath(p) for p in prefixes]
-    per_input: list[dict[str, Any]] = []
-    length_parts: list[np.ndarray] = []
-    doc_idx_parts = [np.zeros(1, dtype=np.int64)]
-    offset = 0
-    for p in inputs:
-        if _same_file(bin_path(p), bin_path(out)):
-            raise IndexedDatasetError(f"{bin_path(out)}: merge output is also an input")
-        per_input.append({"prefix": p, **verify(p)})
-        # Copy the index arrays so that no input stays mapped (one open descriptor per mapping).
-        ds = IndexedDataset(p)
-        if ds.dtype not in TOKEN_DTYPE_CODES:
-            raise IndexedDatasetError(f"{ds.idx_path}: dtype {ds.dtype.name} is not a token dtype")
-        if ds.dtype.name != per_input[0]["dtype"]:
-            raise IndexedDatasetError(
-                f"{ds.idx_path}: dtype {ds.dtype.name} differs from {idx_path(inputs[0])} "
-                f"({per_input[0]['dtype']}); all merge inputs must share one dtype"
-            )
-        length_parts.append(np.array(ds.lengths))
-        doc_idx_parts.append(ds.doc_idx[1:] + offset)
-        offset += ds.num_sequences
-        del ds
-    with atomic_path(idx_path(out)) as idx_tmp, atomic_path(bin_path(out)) as bin_tmp:
-        with open(bin_tmp, "wb") as f:
-            for p, counts in zip(inputs, per_input, strict=True):
-                copy_range(bin_path(p), 0, size := _size(bin_path(p)), f)
-                if progress is not None:
-                    progress.advance(size, counts["documents"])
-        write_index(idx_tmp, per_input[0]["dtype"], length_parts, doc_idx_parts)
-    return {
-        "documents": sum(x["documents"] for x in per_input),
-        "sequences": offset,
-        "tokens": sum(x["tokens"] for x in per_input),
-        "dtype": per_input[0]["dtype"],
-        "inputs": per_input,
-    }
-
-
-def write_slice(
-    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike
-) -> dict[str, Any]:
-    """Write documents ``[a, b)`` of each range of ``src_prefix``, in order, as the dataset ``out_prefix``.
-
-    One byte-range copy per range plus index arithmetic (a slice that wraps around its source has two
-    ranges). The source is not re-verified (callers cutting many slices verify it once); the written index
-    is consistent whenever the source is. Atomic.
-    """
-    src = IndexedDataset(src_prefix)
-    if src.dtype not in TOKEN_DTYPE_CODES:
-        raise IndexedDatasetError(f"{src.idx_path}: dtype {src.dtype.name} is not a token dtype")
-    spans = [src.documents(a, b) for a, b in ranges]
-    lengths, doc_idx = [], [np.zeros(1, dtype=np.int64)]
-    sequences = 0
-    for span in spans:
-        lengths.append(src.lengths[span.seq_start : span.seq_stop])
-        doc_idx.append(src.doc_idx[span.doc_start + 1 : span.doc_stop + 1] - span.seq_start + sequences)
-        sequences += span.seq_stop - span.seq_start
-    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
-        with open(bin_tmp, "wb") as f:
-            for span in spans:
-                copy_range(src.bin_path, span.byte_start, span.nbytes, f)
-        write_index(idx_tmp, src.dtype, lengths, doc_idx)
-    return {
-        "documents": sum(s.doc_stop - s.doc_start for s in spans),
-        "sequences": sequences,
-        "tokens": sum(s.num_tokens for s in spans),
-        "dtype": src.dtype.name,
-        "byte_ranges": [[s.byte_start, s.byte_stop] for s in spans],
-    }
-
-
 def fingerprint(prefix: PathLike) -> dict[str, Any]:
     """Cheap identity of a dataset: blake2b of the ``.idx`` file and the ``.bin`` size."""
     with open(idx_path(prefix), "rb") as f:
         digest = hashlib.file_digest(f, "blake2b").hexdigest()
-    return {"idx_blake2b": digest, "bin_bytes": _size(bin_path(prefix))}
-
-
-def _prefix(path: str) -> str:
-    return path.removesuffix(".bin").removesuffix(".idx")
-
-
-def verify_main(argv: Sequence[str] | None = None) -> int:
-    """``snakepack verify PREFIX...``: check every invariant of each dataset; a line and status 2 for each
-    that fails (the CLI's user-error convention), after checking them all."""
-    parser = argparse.ArgumentParser(description="Check every .bin/.idx invariant of each dataset.")
-    parser.add_argument("prefixes", nargs="+", metavar="PREFIX", help="dataset prefixes (or their .bin/.idx)")
-    failed = 0
-    for prefix in map(_prefix, parser.parse_args(argv).prefixes):
-        try:
-            s = verify(prefix)
-        except IndexedDatasetError as e:
-            print(f"{parser.prog}: error: {e}", file=sys.stderr)
-            failed += 1
-        else:
-            print(
-                f"ok {prefix}: {s['documents']} documents, {s['sequences']} sequences, "
-                f"{s['tokens']} tokens, {s['dtype']}"
-            )
-    return 2 if failed else 0
-
-
-def info_main(argv: Sequence[str] | None = None) -> int:
-    """``snakepack info PREFIX``: counts and dtype as JSON."""
-    parser = argparse.ArgumentParser(description="Print a dataset's counts and dtype as JSON.")
-    parser.add_argument("prefix", metavar="PREFIX")
-    prefix = _prefix(parser.parse_args(argv).prefix)
-    sys.stdout.buffer.write(dumps_json({"prefix": prefix, **IndexedDataset(prefix).summary()}))
-    return 0
-
-
-def merge_main(argv: Sequence[str] | None = None) -> int:
-    """``snakepack merge --output OUT [--log FILE] [--list FILE] IN...``: concatenate in the given order."""
-    parser = argparse.ArgumentParser(description="Merge datasets in the given order (Megatron's add_index).")
-    parser.add_argument("--output", required=True, metavar="OUT", help="output prefix")
-    parser.add_argument("--log", metavar="FILE", help="write a JSON merge log here")
-    parser.add_argument("--list", metavar="FILE", help="read input prefixes from FILE, one a line, first")
-    parser.add_argument("inputs", nargs="*", metavar="IN", help="input prefixes, merged in this order")
-    args = parser.parse_args(argv)
-    listed = [line for line in Path(args.list).read_text().splitlines() if line] if args.list else []
-    inputs = listed + args.inputs
-    if not inputs:
-        parser.error("give input prefixes or --list FILE")
-    fingerprints = [fingerprint(p) for p in inputs] if args.log else []
-    with Progress(f"merge {args.output}", sum(_size(bin_path(p)) for p in inputs)) as progress:
-        summary = merge(inputs, args.output, progress)
-        run = progress.summary(summary["documents"], summary["documents"], 0)
-    if args.log:
-        for entry, fp in zip(summary["inputs"], fingerprints, strict=True):
-            entry.update(fp)
-        write_json(args.log, {"output": args.output, **summary, "run": run})
-    print(
-        f"merged {len(inputs)} inputs into {args.output}: {summary['documents']} documents, "
-        f"{summary['sequences']} sequences, {summary['tokens']} tokens"
-    )
-    return 0
+    return {"idx_blake2b": digest, "bin_bytes": file_size(bin_path(prefix))}

@@ -23,6 +23,12 @@ def use_this_interpreter(basedir: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
+def write_list(paths_var: str, list_file: str) -> str:
+    """Shell: write a rule's (possibly 100,000) paths to ``list_file``, one a line, for an ``@LIST`` option.
+    ``printf`` is a shell builtin, so no argument-length limit applies to it."""
+    return f"printf '%s\\n' {paths_var} > {list_file}"
+
+
 def set_progress_interval(seconds: float) -> None:
     """Jobs print a progress line every ``seconds`` (0: none) when not on a terminal."""
     os.environ[PROGRESS_INTERVAL_ENV] = str(seconds)

@@ -20,13 +20,10 @@ from typing import Any
 import numpy as np
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.dataset_merge import write_slice
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
-from workflow_scripts.core.indexed_dataset import (
-    IndexedDataset,
-    IndexedDatasetBuilder,
-    verify,
-    write_slice,
-)
+from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.datapacks.planner import shuffle_permutation
 

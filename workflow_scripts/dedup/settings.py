@@ -113,3 +113,10 @@ def optimal_param(threshold: float, num_perm: int) -> tuple[int, int]:
             if error < best:
                 best, shape = error, (b, r)
     return shape
+
+
+def pair_files(work: str, partitions: int, band_groups: int) -> list[str]:
+    """The pair files the cluster step reads: the exact pass's partitions, then each band group's."""
+    parts = range(partitions)
+    exact = [f"{work}/pairs/exact_{p}.pairs" for p in parts]
+    return exact + [f"{work}/pairs/bands_{g}_{p}.pairs" for g in range(band_groups) for p in parts]

@@ -9,8 +9,8 @@ from workflow_scripts.ingest.readers import IngestError
 
 
 @dataclass(frozen=True)
-class IngestOptions:
-    """Options of one ingest run: the stage's settings (``ingest``) and the source's (``sources``).
+class IngestSettings:
+    """Settings of one ingest run: the stage's (config ``ingest``) and the source's (``sources``).
 
     Give ``lang``/``domain``/``subdomain`` or ``name_regex``.
     """

@@ -66,11 +66,11 @@ from workflow_scripts.ingest.readers import (
     make_decoder,
     resolve_format,
 )
-from workflow_scripts.ingest.settings import IngestOptions
+from workflow_scripts.ingest.settings import IngestSettings
 
 __all__ = [
     "IngestError",
-    "IngestOptions",
+    "IngestSettings",
     "RejectedRecordError",
     "check_counts",
     "clean_text",
@@ -147,7 +147,7 @@ def group_files(paths: Iterable[str | os.PathLike[str]], name_regex: str) -> dic
     return dict(sorted(groups.items()))
 
 
-def _resolve_group(paths: Sequence[str], opts: IngestOptions) -> tuple[str, str, str]:
+def _resolve_group(paths: Sequence[str], opts: IngestSettings) -> tuple[str, str, str]:
     if opts.name_regex is None:
         return _check_group([opts.lang, opts.domain, opts.subdomain], "options")
     pattern = _compile_name_regex(opts.name_regex)
@@ -270,7 +270,7 @@ def _ingest_file(
     path: str,
     fmt: str,
     group: tuple[str, str, str],
-    opts: IngestOptions,
+    opts: IngestSettings,
     writer: _ShardWriter,
     quarantine: IO[bytes],
     rejected: dict[str, int],
@@ -336,7 +336,7 @@ def _remove_stale_shards(out_dir: Path, prefix: str, keep: set[str]) -> None:
 
 
 def ingest(
-    inputs: Iterable[str | os.PathLike[str]], output_dir: str | os.PathLike[str], opts: IngestOptions
+    inputs: Iterable[str | os.PathLike[str]], output_dir: str | os.PathLike[str], opts: IngestSettings
 ) -> dict[str, Any]:
     """Ingest the raw files of one group into ``output_dir``; returns the stats also written to stats.json."""
     paths = sorted(map(str, inputs))
@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", nargs="+", required=True, metavar="FILE", help="raw files of one group, or @LIST"
     )
     p.add_argument("--output-dir", required=True, type=Path, help="shards, stats.json, quarantine.jsonl")
-    settings.add_arguments(p, IngestOptions, "ingest and source settings")
+    settings.add_arguments(p, IngestSettings, "ingest and source settings")
     return p
 
 
@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     output_dir = args.output_dir
-    stats = ingest(args.input, output_dir, settings.from_args(IngestOptions, args))
+    stats = ingest(args.input, output_dir, settings.from_args(IngestSettings, args))
     rejected = sum(stats["rejected"].values())
     print(
         f"ingest {stats['group']}: {stats['files']} files, {stats['docs_in']} docs in,"

@@ -9,7 +9,7 @@ from typing import Any
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.ingest.settings import IngestOptions
+from workflow_scripts.ingest.settings import IngestSettings
 from workflow_scripts.ingest.shards import group_files
 
 
@@ -27,10 +27,10 @@ class Group:
     args: str
 
 
-def group_options(source: dict[str, Any], ingest: dict[str, Any], group: str) -> IngestOptions:
+def group_options(source: dict[str, Any], ingest: dict[str, Any], group: str) -> IngestSettings:
     """The ingest settings of one group: the stage's, the source's reading options, the group's name parts."""
     reading = {k: source[k] for k in ("format", "text_key", "id_key") if k in source}
-    return settings.from_config(IngestOptions, {**ingest, **reading, **naming.parse_group(group)})
+    return settings.from_config(IngestSettings, {**ingest, **reading, **naming.parse_group(group)})
 
 
 def resolve_groups(sources: list[dict[str, Any]], ingest: dict[str, Any]) -> dict[str, Group]:

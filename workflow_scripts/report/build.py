@@ -60,10 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.ingest, args.dedup, args.dedup_report, args.tokenize, args.signature, args.plan
         )
     else:
+        from workflow_scripts.core.train_layout import TrainLayout
         from workflow_scripts.report import training
-        from workflow_scripts.report.records import training_files
 
-        files = training_files(args.train_dir)
+        files = TrainLayout(args.train_dir).records()
         made = training.charts(files, read_json(args.plan) if args.plan else None, args.seconds_per_iter)
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")

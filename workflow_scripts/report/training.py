@@ -2,12 +2,12 @@
 segments and packs, measured s/iter against the plan's guess, and the segments' timeline (Slurm jobs,
 retries).
 
-Reads what the trainers leave under ``train/``: the Slurm segment records ``{pack}/segments/*.json`` (pack,
-segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter, train_loss,
-valid_loss, exit, retries), the runs that wrote no record (``segments/attempts/``: failed or killed), the
+Reads what the trainers leave under ``train/`` (the names are core/train_layout.py's): the Slurm segment
+records (pack, segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter,
+train_loss, valid_loss, exit, retries), the runs that wrote no record (the attempts: failed or killed), the
 segments' curve (``loss.csv``: every iteration's loss, killed attempts' included; ``evals.csv``: each
-checkpoint's validation loss), and the reference trainer's ``reference/{pack}/loss.csv``, ``eval.jsonl``
-and ``segments/*.json``. Missing files leave their chart out.
+checkpoint's validation loss), and the reference trainer's own curves, evaluations and segment records.
+Missing files leave their chart out.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.report.charts import Chart, colors, figure, message_figure
 
@@ -46,11 +47,10 @@ def segments(paths: list[str]) -> pd.DataFrame:
     the order they ran (global iteration)."""
     records, attempts = [], []
     for path in paths:
-        parts = path.split(os.sep)
-        if path.endswith(".json") and parts[-2] == "segments":
-            reference = len(parts) >= 4 and parts[-4] == "reference"
-            records.append((read_json(path), parts[-3], "reference" if reference else "slurm", path))
-        elif path.endswith(".json") and parts[-3:-1] == ["segments", "attempts"]:
+        kind = train_layout.kind_of(path)
+        if kind and kind[0] == "record":
+            records.append((read_json(path), kind[1], kind[2], path))
+        elif kind:
             attempts.append(read_json(path))
     written = [record for record, *_ in records]
     runs = records + [(a, a["pack"], "slurm", "") for a in attempts if a not in written]
@@ -90,7 +90,7 @@ def losses(paths: list[str]) -> pd.DataFrame:
     frames = []
     for path in paths:
         pack = os.path.basename(os.path.dirname(path))
-        if path.endswith("loss.csv"):
+        if os.path.basename(path) == train_layout.LOSS_CSV:
             rows = pd.read_csv(path)
             packs = rows.get("pack", pack)  # the segments' curve names each row's pack
             frames.append(
@@ -98,7 +98,7 @@ def losses(paths: list[str]) -> pd.DataFrame:
                     {"pack": packs, "kind": "train", "iteration": rows["iteration"], "loss": rows["loss"]}
                 )
             )
-        elif path.endswith("evals.csv"):
+        elif os.path.basename(path) == train_layout.EVALS_CSV:
             rows = pd.read_csv(path).dropna(subset=["valid_loss"])
             frames.append(
                 pd.DataFrame(

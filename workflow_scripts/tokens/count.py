@@ -32,8 +32,9 @@ from typing import Any
 
 from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_dir, read_json, write_json
-from workflow_scripts.core.indexed_dataset import fingerprint, verify
+from workflow_scripts.core.indexed_dataset import fingerprint
 
 NAME_FIELDS = ("lang", "domain", "subdomain", "split", "key")
 

@@ -40,470 +40,39 @@ size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 
 document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a
 space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a
 space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+
+This module is the command and its loop; ``tokenizer`` holds the model (token lookup, the EOD rule, batched
+and long-document encoding), ``reader`` the batches and rejects read ahead in a thread, and ``framing`` the
+resolved per-record settings, SFT encoding and ``[BOS] tokens [EOD]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import hashlib
 import itertools
 import os
-import queue
 import sys
-import threading
 from collections import Counter
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import orjson
-import sentencepiece as spm
 
 from workflow_scripts.core import naming, settings
-from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import atomic_path, open_binary, write_json
+from workflow_scripts.core.fsio import atomic_path, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
-from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
-from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeOptions
-from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
+from workflow_scripts.tokens.fast_encode import FastEncoder
+from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
+from workflow_scripts.tokens.reader import REASONS, Reject, pop_long, prefetch, read_batches
+from workflow_scripts.tokens.settings import TokenizeSettings
+from workflow_scripts.tokens.sft import MarkerSplitter
+from workflow_scripts.tokens.tokenizer import Tokenizer
 
-DEFAULTS = TokenizeOptions()
-
-LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
-REASONS = (
-    "malformed_json",
-    "missing_text",
-    "empty_text",
-    "marker_in_pretraining",
-    "no_sft_marker",
-    "too_few_tokens",
-)
-
-T = TypeVar("T")
-
-
-class TokenizerError(UserError, ValueError):
-    """A tokenizer model or token specification that cannot be used."""
-
-
-class Tokenizer:
-    """A SentencePiece model with validated token lookup and batched encoding to flat numpy arrays."""
-
-    def __init__(self, model_path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(model_path)
-        try:
-            self.sp = spm.SentencePieceProcessor(model_file=self.path)
-        except (OSError, RuntimeError) as exc:
-            raise TokenizerError(f"{self.path}: cannot load SentencePiece model: {exc}") from None
-        self.vocab_size = self.sp.vocab_size()
-        self.numpy_output = _has_numpy_output(self.sp)
-        self.unsafe_cuts = 0  # cuts of long documents that may have changed ids (see ``pieces``)
-        self.fast: FastEncoder | None = None  # set by ``fast_encoding``
-
-    @functools.cached_property
-    def fast_plan(self) -> tuple[Plan | None, str]:
-        """Whether the fast path (``fast_encode``) is exact for this model: its plan, or None and why not
-        (said once in the log)."""
-        with open(self.path, "rb") as f:
-            result, note = plan(f.read())
-        if result is None:
-            print(
-                f"fast encoding off for {self.path}: {note}; SentencePiece encodes every text",
-                file=sys.stderr,
-            )
-        return result, note
-
-    @contextlib.contextmanager
-    def fast_encoding(
-        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
-    ) -> Iterator[FastEncoder | None]:
-        """Within the block ``encode_flat`` goes through a fresh unit memo (SentencePiece with ``workers``
-        threads for the units it lacks) when ``enabled`` and exact for the model; yields that encoder (None:
-        SentencePiece alone)."""
-        fast_plan = self.fast_plan[0] if enabled else None
-        if fast_plan is None:
-            yield None
-            return
-        self.fast = FastEncoder(fast_plan, best_dtype(self.vocab_size), workers, memo_entries, max_unit_chars)
-        try:
-            yield self.fast
-        finally:
-            self.fast = None
-
-    def token_id(self, spec: str) -> int:
-        """The id of a piece, or of ``id:N``; a piece missing from the model is an error, never ``<unk>``."""
-        if spec.startswith("id:"):
-            try:
-                token = int(spec[3:])
-            except ValueError:
-                raise TokenizerError(f"bad token id spec {spec!r} (expected id:N)") from None
-            if not 0 <= token < self.vocab_size:
-                raise TokenizerError(
-                    f"token {spec} is outside the vocabulary of {self.path} (0..{self.vocab_size - 1})"
-                )
-            return token
-        token = self.sp.piece_to_id(spec)
-        if self.sp.id_to_piece(token) != spec:
-            raise TokenizerError(
-                f"piece {spec!r} is not in {self.path} (SentencePiece would silently use <unk> id {token})"
-            )
-        return token
-
-    def piece(self, token: int | None) -> str | None:
-        """The piece of ``token`` (None for None or an id the model does not have)."""
-        return self.sp.id_to_piece(token) if token is not None and token < self.sp.get_piece_size() else None
-
-    def eod(self, spec: str = "auto") -> tuple[int, str]:
-        """The EOD id for ``spec`` and the rule that chose it (see the module docstring)."""
-        if spec != "auto":
-            return self.token_id(spec), f"given {spec!r}"
-        if self.sp.id_to_piece(eod := self.sp.piece_to_id(EOD_PIECE)) == EOD_PIECE:
-            return eod, f"auto: the model has {EOD_PIECE!r}"
-        eos = self.sp.eos_id()
-        if 0 <= eos < self.vocab_size and eos != self.sp.unk_id():
-            return eos, f"auto: the model's EOS {self.sp.id_to_piece(eos)!r} (no {EOD_PIECE!r} piece)"
-        raise TokenizerError(
-            f"{self.path}: no EOD token: the model has no {EOD_PIECE!r} piece and no EOS; "
-            "set tokenize.eod_piece to a piece or id:N"
-        )
-
-    @functools.cached_property
-    def dummy_prefix(self) -> bool:
-        """Whether the model adds a ``▁`` before the text (SentencePiece's ``add_dummy_prefix``)."""
-        return self.sp.id_to_piece(self.sp.encode("a")[0]).startswith("\u2581")
-
-    @functools.cached_property
-    def splits_safely(self) -> bool:
-        """Whether cutting at a space after a non-space keeps the ids of this model (not, e.g., without a
-        dummy prefix but with ``remove_extra_whitespaces``, which drops a piece's leading space)."""
-        probe = "ab  cd ef\n gh   ij k\tl mn  "  # cut at every space run (size 6)
-        return [i for p, _ in self._cuts(probe, 6) for i in self.sp.encode(p)] == self.sp.encode(probe)
-
-    def _cuts(self, text: str, size: int) -> Iterator[tuple[str, bool | None]]:
-        """(piece, whether the cut after it is at a unit start; None for the last piece)."""
-        start = 0
-        while len(text) - start > size:
-            cut = text.rfind(" ", start + 1, start + size)
-            while cut > start and text[cut - 1] == " ":
-                cut -= 1  # the start of the run of spaces
-            if cut <= start:
-                yield text[start : start + size], False
-                start += size
-                continue
-            yield text[start:cut], True
-            start = cut + 1 if self.dummy_prefix else cut
-        yield text[start:], None
-
-    def pieces(self, text: str, size: int) -> Iterator[str]:
-        """``text`` cut into pieces of at most about ``size`` characters that encode, one after the other, to
-        the ids of the whole: each cut is at a space that follows a non-space (SentencePiece starts a unit
-        there), and with a dummy prefix that space is left for the model to add back. A cut that has to fall
-        elsewhere (a run of ``size`` characters without such a space, or a model where cutting is not safe)
-        is counted in ``unsafe_cuts``."""
-        for piece, safe in self._cuts(text, size):
-            if safe is not None and not (safe and self.splits_safely):
-                self.unsafe_cuts += 1
-            yield piece
-
-    def encode_long(self, text: str) -> Iterator[np.ndarray]:
-        """The ids of a document too long to encode at once (SentencePiece needs about 50 bytes a
-        character), piece by piece."""
-        for piece in self.pieces(text, LONG_CHARS):
-            yield np.asarray(self.sp.encode(piece), np.int32)
-
-    def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """Encode ``texts``; return all ids concatenated (int32, or the output dtype through the fast path)
-        and the per-text lengths (int64)."""
-        if not texts:
-            return np.empty(0, np.int32), np.empty(0, np.int64)
-        texts = list(texts)
-        long = any(len(t) > LONG_CHARS for t in texts)
-        if self.fast is not None and not long:
-            return self.fast.encode_flat(texts)
-        if long:
-            arrays = [
-                np.concatenate(list(self.encode_long(t)))
-                if len(t) > LONG_CHARS
-                else self.encode_flat([t], threads)[0]
-                for t in texts
-            ]
-            lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-            return np.concatenate(arrays), lengths
-        if self.numpy_output:
-            arrays = self.sp.encode(texts, num_threads=threads, out_type="numpy")
-            lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-            return np.concatenate(arrays), lengths
-        ids = self.sp.encode(texts, num_threads=threads)
-        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-        return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
-
-
-def _has_numpy_output(sp: spm.SentencePieceProcessor) -> bool:
-    """Whether this SentencePiece returns numpy arrays (``out_type="numpy"``; 0.2.3 does), which saves
-    building a Python int per token; older releases give int lists, flattened with ``np.fromiter``."""
-    try:
-        sp.encode(["a"], out_type="numpy")
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What to do with each record; token ids are already resolved."""
-
-    json_key: str = "text"
-    eod_id: int | None = None  # appended to every document when set
-    eod_rule: str = ""  # why that id (Tokenizer.eod)
-    bos_id: int | None = None  # prepended to every document when set
-    min_tokens: int = 0
-    sft: bool = False
-    marker_ids: Mapping[str, int] = field(default_factory=dict)  # SFT marker text -> token id (SFT mode)
-    markers: tuple[str, ...] = ()  # the marker texts (both modes)
-
-
-def resolve_settings(
-    tokenizer: Tokenizer,
-    *,
-    json_key: str = "text",
-    eod: str | None = None,
-    bos: str | None = None,
-    min_tokens: int = 0,
-    sft: bool = False,
-    sft_markers: Sequence[str] = (),
-) -> Settings:
-    """Settings from CLI-style values; EOD/BOS/marker tokens are looked up and validated.
-
-    ``eod`` is ``auto``, a piece or ``id:N``; ``bos`` a piece or ``id:N`` (``None``: not added);
-    ``sft_markers`` are ``MARKER=TOKEN`` specs. Marker tokens are resolved in SFT mode only; pretraining
-    mode just searches for the markers.
-    """
-    pairs = parse_marker_specs(sft_markers)
-    if sft and not pairs:
-        raise TokenizerError("SFT mode needs at least one --sft-marker MARKER=TOKEN")
-    if min_tokens < 0:
-        raise TokenizerError(f"min_tokens must be >= 0, got {min_tokens}")
-    eod_id, eod_rule = (None, "") if eod is None else tokenizer.eod(eod)
-    return Settings(
-        json_key=json_key,
-        eod_id=eod_id,
-        eod_rule=eod_rule,
-        bos_id=None if bos is None else tokenizer.token_id(bos),
-        min_tokens=min_tokens,
-        sft=sft,
-        marker_ids={m: tokenizer.token_id(t) for m, t in pairs.items()} if sft else {},
-        markers=tuple(pairs),
-    )
-
-
-@dataclass(frozen=True)
-class Reject:
-    """One rejected record: its 1-based line, id (if readable), reason and a short detail."""
-
-    line: int
-    id: Any
-    reason: str
-    detail: str = ""
-
-
-@dataclass
-class Batch:
-    """Accepted texts of a run of input lines, with the rejects found while parsing them."""
-
-    texts: list[str] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)
-    ids: list[Any] = field(default_factory=list)
-    text_bytes: list[int] = field(default_factory=list)
-    rejects: list[Reject] = field(default_factory=list)
-    input_bytes: int = 0
-    size: int = 0  # text bytes, to cut batches
-
-    @property
-    def docs_in(self) -> int:
-        return len(self.texts) + len(self.rejects)
-
-
-def classify(
-    raw: bytes, line: int, settings: Settings, splitter: MarkerSplitter | None
-) -> tuple[Any, str | Reject]:
-    """Parse one input line: ``(id, text)`` for a record to encode, ``(None, Reject)`` otherwise."""
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return None, Reject(line, None, "malformed_json", str(exc)[:200])
-    if not isinstance(record, dict):
-        return None, Reject(line, None, "malformed_json", f"a JSON {type(record).__name__}, not an object")
-    rid = record.get("id")
-    text = record.get(settings.json_key)
-    if not isinstance(text, str):
-        what = "missing" if text is None else f"a {type(text).__name__}, not a string"
-        return None, Reject(line, rid, "missing_text", f"{settings.json_key!r} is {what}")
-    if not text.strip():
-        return None, Reject(line, rid, "empty_text", "whitespace only" if text else "empty string")
-    if splitter is not None:
-        has_marker = splitter.contains_marker(text)
-        if settings.sft and not has_marker:
-            return None, Reject(line, rid, "no_sft_marker", "SFT record without any marker")
-        if not settings.sft and has_marker:
-            return None, Reject(
-                line, rid, "marker_in_pretraining", "pretraining document contains an SFT marker"
-            )
-    return rid, text
-
-
-def utf8_length(text: str, chunk: int = 1 << 20) -> int:
-    """Bytes of ``text`` in UTF-8, without a copy of a long text."""
-    if text.isascii():
-        return len(text)
-    return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
-
-
-def read_batches(path: str, settings: Settings, batch_bytes: int) -> Generator[Batch, None, None]:
-    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text."""
-    splitter = MarkerSplitter(settings.markers) if settings.markers else None
-    batch = Batch()
-    with open_binary(path) as f:
-        for line, raw in enumerate(f, start=1):
-            batch.input_bytes += len(raw)
-            if raw.isspace():
-                continue
-            rid, text = classify(raw, line, settings, splitter)
-            if isinstance(text, Reject):
-                batch.rejects.append(text)
-                continue
-            raw = b""  # let the line go: the batch holds the text
-            nbytes = utf8_length(text)
-            batch.texts.append(text)
-            batch.lines.append(line)
-            batch.ids.append(rid)
-            batch.text_bytes.append(nbytes)
-            batch.size += nbytes
-            del text
-            if batch.size >= batch_bytes:
-                yield batch
-                batch = Batch()
-    if batch.docs_in or batch.input_bytes:
-        yield batch
-
-
-def prefetch(items: Generator[T, None, None], depth: int = 2) -> Iterator[T]:
-    """Run the generator ``items`` in a background thread, at most ``depth`` items ahead; its exceptions
-    re-raise here. Closing the returned iterator stops the thread and closes ``items``."""
-    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            with contextlib.closing(items):
-                for item in items:
-                    if stop.is_set():
-                        return
-                    q.put((True, item))
-            q.put((False, None))
-        except BaseException as exc:
-            q.put((False, exc))
-
-    thread = threading.Thread(target=produce, name="tokenize-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                if item is not None:
-                    raise item
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a pending put
-            with contextlib.suppress(queue.Empty):
-                q.get(timeout=0.05)
-        thread.join()
-
-
-def encode_sft(
-    tokenizer: Tokenizer,
-    splitter: MarkerSplitter,
-    marker_ids: Mapping[str, int],
-    texts: Sequence[str],
-    threads: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode SFT texts: spans between markers batched through SentencePiece, markers as their ids."""
-    layouts = [splitter.split(t) for t in texts]
-    spans = [part for layout in layouts for part, is_marker in layout if not is_marker]
-    flat, span_lengths = tokenizer.encode_flat(spans, threads)
-    ends = np.cumsum(span_lengths)
-    pieces: list[np.ndarray] = []
-    lengths = np.zeros(len(texts), np.int64)
-    k = 0
-    for d, layout in enumerate(layouts):
-        for part, is_marker in layout:
-            if is_marker:
-                piece = np.array([marker_ids[part]], np.int32)
-            else:
-                piece = flat[ends[k] - span_lengths[k] : ends[k]]
-                k += 1
-            pieces.append(piece)
-            lengths[d] += len(piece)
-    return (np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths
-
-
-def frame(
-    flat: np.ndarray, lengths: np.ndarray, keep: np.ndarray, bos_id: int | None, eod_id: int | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Drop the documents not in ``keep`` and wrap the others as ``[BOS] tokens [EOD]`` (vectorised)."""
-    if not keep.all():
-        flat = flat[np.repeat(keep, lengths)]
-        lengths = lengths[keep]
-    extra = (bos_id is not None) + (eod_id is not None)
-    if not extra:
-        return flat, lengths
-    out_lengths = lengths + extra
-    ends = np.cumsum(out_lengths)
-    out = np.empty(int(ends[-1]) if len(ends) else 0, flat.dtype)
-    is_text = np.ones(len(out), bool)
-    if bos_id is not None:
-        starts = ends - out_lengths
-        out[starts] = bos_id
-        is_text[starts] = False
-    if eod_id is not None:
-        out[ends - 1] = eod_id
-        is_text[ends - 1] = False
-    out[is_text] = flat
-    return out, out_lengths
-
-
-def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
-    """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
-    bytes)``. Batches are cut by size, so a long document is always the last of its batch."""
-    if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
-        return None
-    return batch.texts.pop(), batch.lines.pop(), batch.ids.pop(), batch.text_bytes.pop()
-
-
-def write_long(
-    builder: IndexedDatasetBuilder, tokenizer: Tokenizer, text: str, settings: Settings
-) -> tuple[int, int]:
-    """Encode and write one long document piece by piece, never holding all its ids: ``(tokens written,
-    text tokens)``; nothing is written (0) if it has fewer than ``min_tokens`` text tokens."""
-    pieces = tokenizer.encode_long(text)
-    head: list[np.ndarray] = []
-    count = 0
-    for ids in pieces:  # enough tokens to know the document is kept (almost always the first piece)
-        head.append(ids)
-        count += len(ids)
-        if count >= max(1, settings.min_tokens):
-            break
-    if count < max(1, settings.min_tokens):
-        return 0, count
-    bos = [] if settings.bos_id is None else [np.array([settings.bos_id], np.int32)]
-    eod = [] if settings.eod_id is None else [np.array([settings.eod_id], np.int32)]
-    return builder.add_document_chunks(itertools.chain(bos, head, pieces, eod)), count
+DEFAULTS = TokenizeSettings()
 
 
 def document_prefix(output_prefix: str, json_key: str = "text") -> str:
@@ -515,7 +84,7 @@ def tokenize_file(
     input_path: str,
     output_prefix: str,
     tokenizer: Tokenizer,
-    settings: Settings,
+    settings: RecordSettings,
     *,
     workers: int = 1,
     batch_bytes: int = 4 << 20,
@@ -635,14 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")
     parser.add_argument("--tokenizer-model", required=True, help="SentencePiece .model file")
     parser.add_argument("--json-keys", nargs="+", default=["text"], help="the text field (exactly one)")
-    settings.add_arguments(parser, TokenizeOptions, "tokenize settings")
+    settings.add_arguments(parser, TokenizeSettings, "tokenize settings")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    opts = settings.from_args(TokenizeOptions, args)
+    opts = settings.from_args(TokenizeSettings, args)
     if len(args.json_keys) != 1:
         parser.error("exactly one --json-keys value is supported (one output per run)")
     if opts.threads < 1 or opts.batch_mb <= 0:

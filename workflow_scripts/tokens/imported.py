@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype, verify
-from workflow_scripts.tokens.encode import REASONS, Tokenizer
+from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype
+from workflow_scripts.tokens.reader import REASONS
+from workflow_scripts.tokens.tokenizer import Tokenizer
 
 TOKEN_CHUNK = 1 << 24  # tokens checked per step (64 MB of int32)
 DOC_CHUNK = 1 << 22  # documents checked per step

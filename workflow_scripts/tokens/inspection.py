@@ -22,7 +22,7 @@ import sentencepiece as spm
 
 from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.tokens.encode import Tokenizer
+from workflow_scripts.tokens.tokenizer import Tokenizer
 
 
 def strip_suffix(prefix: str) -> str:

@@ -10,7 +10,7 @@ EOD_PIECE = "<|endoftext|>"  # GPT-NeoX's EOD piece; the trained tokenizer's EOS
 
 
 @dataclass(frozen=True)
-class TokenizerOptions:
+class TokenizerSettings:
     """Settings of a trained tokenizer (config ``tokenizer``) and the seed of its line sample."""
 
     vocab_size: int = setting("tokenizer", "vocab_size")
@@ -22,7 +22,7 @@ class TokenizerOptions:
 
 
 @dataclass(frozen=True)
-class TokenizeOptions:
+class TokenizeSettings:
     """The tokenize stage's settings (config ``tokenize``)."""
 
     mode: str = setting("tokenize", "mode")

@@ -42,7 +42,7 @@ import sentencepiece as spm
 from workflow_scripts.core import settings
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, open_binary
-from workflow_scripts.tokens.settings import EOD_PIECE, TokenizerOptions
+from workflow_scripts.tokens.settings import EOD_PIECE, TokenizerSettings
 
 
 def iter_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst) or @LIST"
     )
     parser.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
-    settings.add_arguments(parser, TokenizerOptions, "tokenizer settings")
+    settings.add_arguments(parser, TokenizerSettings, "tokenizer settings")
     parser.add_argument("--user-defined-symbols", nargs="*", default=[], help="pieces kept whole in text")
     parser.add_argument("--json-key", default="text")
     parser.add_argument(
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    opts = settings.from_args(TokenizerOptions, args)
+    opts = settings.from_args(TokenizerSettings, args)
     paths = sorted(os.fspath(p) for p in args.inputs)
     sentences, seen = sample_lines(iter_texts(paths, args.json_key), opts.max_sentences, opts.seed)
     options = trainer_options(

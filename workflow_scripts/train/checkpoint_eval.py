@@ -2,8 +2,7 @@
 
 Usage (the train_eval rule's command)::
 
-    snakepack train-eval --keys results/train/main_1/keys.json \\
-        --record results/train/main_1/segments/1.json --out results/train/main_1/eval/1.json \\
+    snakepack train-eval --keys KEYS --record RECORD --out EVAL \\   # core/train_layout.py's files
         --launch "python -m workflow_scripts train-reference --config {config} --eval-only --tag {tag} \\
         --eval-out {out}"
 
@@ -34,7 +33,7 @@ from workflow_scripts.train.segment import PackKeys
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", required=True, help="the pack's keys.json")
+    parser.add_argument("--keys", required=True, help="the pack's keys file")
     parser.add_argument("--record", required=True, help="the segment's record")
     parser.add_argument("--out", required=True, help="the evaluation (JSON)")
     parser.add_argument(

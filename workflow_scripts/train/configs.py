@@ -6,11 +6,12 @@ Usage::
         --tokenizer-model M.model --out-dir results/train [train settings...]
 
 writes ``{out}/{P}/{P}.yml`` (GPT-NeoX) or ``{out}/{P}/{P}.args`` (Megatron-LM, one ``--flag value`` a line)
-and ``{out}/{P}/keys.json``, which lists every key the workflow set, its value and why. Nothing is typed by
-hand: ``train_data_paths``, ``train_iters``, ``iteration_offset``, ``save``/``load``, the LR keys of the first
-and later packs, ``checkpoint_factor`` (from ``checkpoint_hours`` and ``seconds_per_iter``, or the checkpoint
-rounds), ``exit_interval`` (the largest multiple of it that fits the Slurm time limit minus margins) and, for
-Megatron-LM, ``--exit-duration-in-mins`` and ``--exit-signal-handler``.
+and the pack's keys file (core/train_layout.py), which lists every key the workflow set, its value and why.
+Nothing is typed by hand: ``train_data_paths``, ``train_iters``, ``iteration_offset``, ``save``/``load``, the
+LR keys of the first and later packs, ``checkpoint_factor`` (from ``checkpoint_hours`` and
+``seconds_per_iter``, or the checkpoint rounds), ``exit_interval`` (the largest multiple of it that fits the
+Slurm time limit minus margins) and, for Megatron-LM, ``--exit-duration-in-mins`` and
+``--exit-signal-handler``.
 
 The base config is checked against the plan: ``seq_length`` and the global batch size must agree (the error
 names both values), the batch must split over the GPUs (``train.nodes`` x ``gpus_per_node`` / (TP x PP)),
@@ -37,6 +38,7 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.settings import schema_entry
+from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.train import lint
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
@@ -356,7 +358,7 @@ def write_pack_config(
     seed: int,
     sft: bool = False,
 ) -> dict[str, Any]:
-    """Check and write one pack's config and its ``keys.json``; return the summary row."""
+    """Check and write one pack's config and its keys file; return the summary row."""
     if sft:
         plan = sft_plan(plan, plan["seq_length"], plan["global_batch_size"], seed, train.sft_epochs)
     names = [p["name"] for p in plan["packs"]]
@@ -368,15 +370,14 @@ def write_pack_config(
     eod = check_eod(signature, tokenizer_model, train.trainer)
     keys = pack_keys(plan, index, train, checkpoints, tokenizer_model, seed)
     replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
-    folder = os.path.join(out_dir, pack_name)
-    os.makedirs(folder, exist_ok=True)
+    paths = TrainLayout(out_dir.rstrip("/"))
+    path = paths.config(pack_name, ".yml" if train.trainer == "neox" else ".args")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     if train.trainer == "neox":
-        path = os.path.join(folder, f"{pack_name}.yml")
         final = {**base, **keys.values}
         findings = lint.lint_neox(final)
         text = yaml.safe_dump(final, sort_keys=False, width=120)
     else:
-        path = os.path.join(folder, f"{pack_name}.args")
         final = megatron_args(base, keys, train, plan)
         findings = lint.lint_megatron(final)
         text = render_megatron(final)
@@ -392,7 +393,7 @@ def write_pack_config(
     pack = plan["packs"][index]
     row = summary_row(pack, keys, train, layout, path)
     write_json(
-        os.path.join(folder, "keys.json"),
+        paths.keys(pack_name),
         {
             "config": path,
             "base": base_path,
@@ -480,7 +481,7 @@ def summary_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The per-pack training summary table.")
     parser.add_argument("--csv", required=True)
     parser.add_argument("--md", required=True)
-    parser.add_argument("keys", nargs="*", help="each pack's keys.json, in plan order")
+    parser.add_argument("keys", nargs="*", help="each pack's keys file, in plan order")
     args = parser.parse_args(argv)
     table = pd.DataFrame([read_json(k)["summary"] for k in args.keys], columns=SUMMARY_COLUMNS)
     with atomic_path(args.csv) as tmp:

@@ -2,13 +2,12 @@
 
 Usage (the train_curve rule's command)::
 
-    snakepack train-curve --out-dir results/train --segments results/train/*/segments/*.json \\
-        --evals results/train/*/eval/*.json
+    snakepack train-curve --out-dir results/train --segments RECORD... --evals EVAL...   # train_layout
 
 Writes, under ``--out-dir``:
 
 - ``loss.csv``: ``iteration,pack,segment,loss`` on one global-iteration axis, from each segment's attempts
-  (``attempts/`` beside its record, same config) and its record: a killed attempt's iterations are there,
+  (beside its record, same config) and its record: a killed attempt's iterations are there,
   and a step trained twice (lost by a crash, trained again by the retry) has the later attempt's loss,
 - ``evals.csv``: one row per evaluated checkpoint (``pack,segment,checkpoint,iteration,valid_loss,...``),
 - ``segments.csv``: one row per segment (steps, Slurm job id, nodes, wall time, s/iter, exit),
@@ -20,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import glob
 import io
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 
 SEGMENT_COLUMNS = (
@@ -97,8 +95,7 @@ def plot(path: Path, losses: list[dict[str, Any]], evals: list[dict[str, Any]]) 
 def attempts(record_path: str, record: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs of a segment with the record's config that did not write the record, in the order they
     started, then the record."""
-    folder = os.path.join(glob.escape(os.path.dirname(record_path)), "attempts")
-    runs = [read_json(p) for p in glob.glob(os.path.join(folder, f"{record['segment']}.*.json"))]
+    runs = [read_json(p) for p in train_layout.attempts_of(record_path, record["segment"])]
     runs = [r for r in runs if r != record and r.get("config_sha256") == record.get("config_sha256")]
     return [*sorted(runs, key=lambda r: r["started"]), record]
 
@@ -124,11 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = [attempts(path, record) for path, record in zip(args.segments, records, strict=True)]
     evals = sorted((read_json(p) for p in args.evals), key=lambda e: (e["iteration"], e["pack"]))
     losses = loss_rows([run for segment_runs in runs for run in segment_runs])
-    write_csv(out / "loss.csv", ("iteration", "pack", "segment", "loss"), losses)
-    write_csv(out / "evals.csv", EVAL_COLUMNS, evals)
-    write_csv(out / "segments.csv", SEGMENT_COLUMNS, records)
+    write_csv(out / train_layout.LOSS_CSV, ("iteration", "pack", "segment", "loss"), losses)
+    write_csv(out / train_layout.EVALS_CSV, EVAL_COLUMNS, evals)
+    write_csv(out / train_layout.SEGMENTS_CSV, SEGMENT_COLUMNS, records)
     if losses:
-        plot(out / "loss.png", losses, evals)
+        plot(out / train_layout.LOSS_PNG, losses, evals)
     packs = list(dict.fromkeys(r["pack"] for r in records))
     stats = {
         "packs": len(packs),
@@ -143,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "evaluations_skipped": sum(1 for e in evals if e.get("skipped")),
         "wall_seconds": round(sum(r["wall_seconds"] for r in records), 3),
     }
-    write_json(out / "stats.json", stats)
+    write_json(out / train_layout.STATS, stats)
     print(
         f"train-curve: {stats['packs']} packs, {stats['segments']} segments, global steps "
         f"{stats['first_step']}-{stats['last_step']}, {stats['evaluations']} evaluations"

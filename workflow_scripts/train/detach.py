@@ -3,7 +3,7 @@
 Usage (``snakemake train`` with ``train.detach: true`` runs it)::
 
     snakepack train-detach --train-json '{...}' --train-dir results/train --logs-dir logs \\
-        --state results/train/detach/chain.json results/train/*/keys.json   # the packs, in order
+        --state results/train/detach/chain.json KEYS...   # each pack's keys file, in order
 
 For months-long runs (seed 000's ``schedule.sh``): every segment of every pack is one sbatch job that
 depends ``afterany`` on the one before (a failed segment does not stop the chain: the next one resumes
@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflow_scripts.core import schedule
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.core.train_layout import LOSS_CSV, TrainLayout
 from workflow_scripts.train import slurm
+from workflow_scripts.train.chain import Chain, Pack, Segment
 from workflow_scripts.train.settings import TrainSettings
 
 
@@ -64,48 +65,41 @@ def cli(command: str, *args: str, **options: str | int | float | Sequence[str | 
 def chain(
     keys_files: Sequence[str], train: TrainSettings, train_dir: str, logs_dir: str, sft: bool
 ) -> list[Unit]:
-    """Every job of the run, in submission order."""
-    evaluate = bool(train.eval_launch) and (not sft or train.evaluate_sft)
-    summaries = [read_json(k)["summary"] for k in keys_files]
-    protect = [s["iteration_offset"] + s["train_iters"] for s in summaries]
-    protect += [schedule.start_step(train.finetune_from)] if train.finetune_from else []
+    """Every job of the run, in submission order (the chain of train/chain.py)."""
+    layout = TrainLayout(train_dir, logs_dir)
+    run = Chain.build([Pack.from_summary(k, read_json(k)["summary"]) for k in keys_files], train, sft, layout)
     units: list[Unit] = []
-    previous: list[str] = []
-    for keys, summary in zip(keys_files, summaries, strict=True):
-        pack, n = summary["pack"], summary["segments"]
-        pack_dir, log_dir = f"{train_dir}/{pack}", f"{logs_dir}/train/{pack}"
-        records = [f"{pack_dir}/segments/{k}.json" for k in range(n)]
-        for k, record in enumerate(records):
-            train_segment = cli(
-                "train-segment", keys=keys, segment=k, segments=n, record=record, launch=train.launch,
-                margin_minutes=train.save_minutes, finetune_from=train.finetune_from,
-            )  # fmt: skip
-            segment = Unit(
-                f"{pack}/segment/{k}", train_segment, record, f"{log_dir}/segment_{k}.log", previous
-            )
-            retention = f"{pack_dir}/retention/{k}.json"
-            steps = [
-                cli("train-eval", keys=keys, record=record, out=f"{pack_dir}/eval/{k}.json",
-                    launch=train.eval_launch) if evaluate else "",
-                cli("train-prune", record=record, keep_last=train.keep_last, milestones=train.milestones,
-                    protect=protect, out=retention),
-                cli("train-finished", *records, keys=keys, out=f"{pack_dir}/done.json") if k == n - 1 else "",
-            ]  # fmt: skip
-            after = " && ".join(step for step in steps if step)
-            # after the previous segment's evaluation and retention too: none of them loads what this deletes
-            waits = [units[-1].name] if units else []
-            post = Unit(
-                f"{pack}/after/{k}", after, retention, f"{log_dir}/after_{k}.log", waits, [segment.name]
-            )
-            units += [segment, post]
-            previous = [segment.name]
-    records = [u.output for u in units if "/segment/" in u.name]
-    evals = [f"{train_dir}/{u.name.split('/')[0]}/eval/{u.name.split('/')[2]}.json" for u in units
-             if evaluate and "/segment/" in u.name]  # fmt: skip
-    curve = cli("train-curve", out_dir=train_dir, segments=records, evals=evals)
+    for s in run.segments:
+        pack, keys = s.pack.name, s.pack.keys
+        train_segment = cli(
+            "train-segment", keys=keys, segment=s.k, segments=s.pack.segments, record=s.record,
+            launch=train.launch, margin_minutes=train.save_minutes, finetune_from=train.finetune_from,
+        )  # fmt: skip
+        previous = [unit_name(s.previous, "segment")] if s.previous else []
+        segment = Unit(
+            unit_name(s, "segment"), train_segment, s.record, layout.step_log(pack, "segment", s.k), previous
+        )
+        steps = [
+            cli("train-eval", keys=keys, record=s.record, out=s.evaluation, launch=train.eval_launch)
+            if s.evaluation else "",
+            cli("train-prune", record=s.record, keep_last=train.keep_last, milestones=train.milestones,
+                protect=run.protected, out=s.retention),
+            cli("train-finished", *run.records(pack), keys=keys, out=layout.done(pack)) if s.last else "",
+        ]  # fmt: skip
+        after = " && ".join(step for step in steps if step)
+        # after the previous segment's evaluation and retention too: none of them loads what this deletes
+        waits = [unit_name(s.previous, "after")] if s.previous else []
+        log = layout.step_log(pack, "after", s.k)
+        units += [segment, Unit(unit_name(s, "after"), after, s.retention, log, waits, [segment.name])]
+    curve = cli("train-curve", out_dir=train_dir, segments=run.records(), evals=run.evaluations())
     posts = [u.name for u in units if "/after/" in u.name]
-    units.append(Unit("curve", curve, f"{train_dir}/loss.csv", f"{logs_dir}/train/curve.log", posts))
+    units.append(Unit("curve", curve, layout.file(LOSS_CSV), layout.log("curve"), posts))
     return units
+
+
+def unit_name(segment: Segment, kind: str) -> str:
+    """``{pack}/segment/{k}`` (the training) or ``{pack}/after/{k}`` (its evaluation and retention)."""
+    return f"{segment.pack.name}/{kind}/{segment.k}"
 
 
 def sbatch(unit: Unit, ids: dict[str, str], train: TrainSettings, wait_for: Sequence[str] = ()) -> str:
@@ -186,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--logs-dir", required=True)
     parser.add_argument("--state", required=True, help="the chain's job ids (JSON)")
     parser.add_argument("--sft", action="store_true", help="an SFT run (evaluation per train.evaluate_sft)")
-    parser.add_argument("keys", nargs="+", help="every pack's keys.json, in training order")
+    parser.add_argument("keys", nargs="+", help="every pack's keys file, in training order")
     args = parser.parse_args(argv)
     train = TrainSettings.from_config(json.loads(args.train_json))
     units = chain(args.keys, train, args.train_dir.rstrip("/"), args.logs_dir.rstrip("/"), args.sft)

@@ -2,8 +2,7 @@
 
 Usage (the train_pack rule's command)::
 
-    snakepack train-finished --keys results/train/main_1/keys.json --out results/train/main_1/done.json \\
-        results/train/main_1/segments/*.json
+    snakepack train-finished --keys KEYS --out DONE RECORD...   # the pack's files (core/train_layout.py)
 
 It checks that ``latest`` in the checkpoint folder names exactly the pack's last global step
 (``iteration_offset + train_iters``) and that this checkpoint exists, and writes the pack's summary from
@@ -25,7 +24,7 @@ from workflow_scripts.train.segment import PackKeys, latest_step
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", required=True, help="the pack's keys.json")
+    parser.add_argument("--keys", required=True, help="the pack's keys file")
     parser.add_argument("--out", required=True, help="the pack's summary (JSON)")
     parser.add_argument("records", nargs="+", help="the pack's segment records, in order")
     args = parser.parse_args(argv)

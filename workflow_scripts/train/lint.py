@@ -4,7 +4,7 @@ The key lists in ``trainer_keys/`` were extracted from the trainers' sources (GP
 ``megatron/neox_arguments/neox_args.py`` and ``deepspeed_args.py``, upstream plus the LUMI fork
 tilde-nlp/llm-gpt-neox; Megatron-LM ``megatron/training/arguments.py``; the commits are in each file's
 ``source``), with the keys each trainer ignores or overwrites. ``errors`` stop the config; ``warnings`` are
-recorded in ``keys.json`` and printed.
+recorded in the pack's keys file and printed.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Usage (the train_prune rule's command)::
 
-    snakepack train-prune --record results/train/main_1/segments/1.json --keep-last 3 \\
-        --milestones 1000 2000 --out results/train/main_1/retention/1.json
+    snakepack train-prune --record RECORD --keep-last 3 --milestones 1000 2000 --out RETENTION
+    # RECORD, RETENTION: a segment's files (core/train_layout.py)
 
 Of the ``global_stepN`` checkpoints up to the segment's own, it keeps the last ``--keep-last`` (0 keeps
 all), the milestones, the run's starting checkpoint (``--protect``) and whatever ``latest`` names, and

@@ -2,9 +2,9 @@
 
 Usage (the train_segment rule's command)::
 
-    snakepack train-segment --keys results/train/main_1/keys.json --segment 1 --segments 3 \\
-        --record results/train/main_1/segments/1.json --launch "python -m workflow_scripts train-reference \\
-        --config {config}" [--margin-minutes 10] [--finetune-from CKPT]
+    snakepack train-segment --keys KEYS --segment 1 --segments 3 --record RECORD \\
+        --launch "python -m workflow_scripts train-reference --config {config}" [--margin-minutes 10] \\
+        [--finetune-from CKPT]      # KEYS, RECORD: the pack's and the segment's files (core/train_layout.py)
 
 It runs the trainer's launch command (``{config}``: the pack's config, plus an override file that turns
 ``finetune`` off once the run has saved its own checkpoint; ``{pack}``), with the pack's environment
@@ -19,9 +19,9 @@ steps before and after, the checkpoint tag, whether the pack is finished, Slurm 
 time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the
 retry resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or
 when it is the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its
-record as an attempt, ``attempts/{segment}.{start time}.{pid}.json`` beside the records (``exit``: why it
-failed): the loss curve takes the iterations of a killed attempt from there. A segment that finds the pack
-finished runs the trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
+record as an attempt beside the records (``train_layout.attempt``; ``exit``: why it failed): the loss
+curve takes the iterations of a killed attempt from there. A segment that finds the pack finished runs the
+trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.train import finetune, progress_lines, slurm
@@ -52,7 +53,7 @@ class SegmentError(UserError, RuntimeError):
 
 @dataclass(frozen=True)
 class PackKeys:
-    """What a segment needs from a pack's ``keys.json`` (written with its trainer config)."""
+    """What a segment needs from a pack's keys file (written with its trainer config)."""
 
     pack: str
     config: str
@@ -152,12 +153,12 @@ class Launch:
         return round((self.times[-1] - self.times[0]) / (len(self.times) - 1), 4)
 
 
-def config_arguments(keys: PackKeys, record_dir: Path, segment: int, start: str | None) -> str:
+def config_arguments(keys: PackKeys, record: Path, segment: int, start: str | None) -> str:
     """The ``{config}`` of the launch: the pack's config, plus ``finetune: false`` once ``latest`` is the
     run's own checkpoint (seed 003's rule: the optimizer is reset only once)."""
     files = [keys.config]
     if start is not None and not finetune.finetune_flag(keys.checkpoints, start):
-        override = record_dir / f".{segment}.finetune-off.yml"
+        override = Path(train_layout.finetune_off(str(record), segment))
         override.write_text("finetune: false\n", encoding="utf-8")
         files.append(str(override))
     return shlex.join(files)
@@ -182,7 +183,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         )
     target = keys.boundary(args.segment)
     command = args.launch.format(
-        config=config_arguments(keys, record_path.parent, args.segment, args.finetune_from), pack=keys.pack
+        config=config_arguments(keys, record_path, args.segment, args.finetune_from), pack=keys.pack
     )
     started, wall0 = dt.datetime.now(dt.UTC), time.perf_counter()
     print(
@@ -244,7 +245,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         )
     attempt = record | ({"exit": failure} if failure else {})
     stamp = started.strftime("%Y%m%dT%H%M%S")
-    write_json(record_path.parent / "attempts" / f"{args.segment}.{stamp}.{os.getpid()}.json", attempt)
+    write_json(train_layout.attempt(str(record_path), args.segment, stamp, os.getpid()), attempt)
     if failure:
         raise SegmentError(failure)
     return record
@@ -252,7 +253,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keys", required=True, help="the pack's keys.json (written with its config)")
+    parser.add_argument("--keys", required=True, help="the pack's keys file (written with its config)")
     parser.add_argument("--segment", type=int, required=True, help="this segment's number, from 0")
     parser.add_argument("--segments", type=int, required=True, help="the pack's segments, spares included")
     parser.add_argument("--record", required=True, help="the segment record to write (JSON)")

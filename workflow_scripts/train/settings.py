@@ -8,6 +8,15 @@ from typing import Any
 from workflow_scripts.core.schedule import Round
 from workflow_scripts.core.settings import from_config, setting
 
+# How the training runs (commands, retries, detach, status), not what it trains: changing these reruns no
+# plan and no trainer config.
+RUN_KEYS = ("launch", "eval_launch", "evaluate_sft", "segment_retries", "stall_minutes", "detach", "sbatch")
+
+
+def trained_keys(section: dict[str, Any]) -> dict[str, Any]:
+    """The keys of the config's ``train`` section that the plan and the trainer configs depend on."""
+    return {k: v for k, v in section.items() if k not in RUN_KEYS}
+
 
 @dataclass(frozen=True)
 class TrainSettings:

@@ -27,7 +27,9 @@ from typing import Any
 
 import pandas as pd
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.train import progress_lines, slurm
 from workflow_scripts.train.configs import cadence_of
 from workflow_scripts.train.segment import latest_step
@@ -48,8 +50,7 @@ def running_jobs(train_dir: str) -> dict[tuple[str, int], dict[str, str]]:
     for job in slurm.queue("rule_train_segment_wildcards_"):
         pack, _, segment = job["comment"].removeprefix("rule_train_segment_wildcards_").rpartition("_")
         jobs[(pack, int(segment))] = job
-    state = Path(train_dir, "detach", "chain.json")
-    if state.exists():
+    if os.path.exists(TrainLayout(train_dir).detach_state):
         for job in slurm.queue("snakepack_"):
             parts = job["comment"].removeprefix("snakepack_").split("/")
             if len(parts) == 3 and parts[1] == "segment":
@@ -77,23 +78,23 @@ def pack_state(done: bool, active: bool, started: bool) -> str:
 
 
 def pack_rows(train_dir: str, logs_dir: str, train: TrainSettings) -> tuple[list[dict[str, Any]], dict]:
-    configs = pd.read_csv(Path(train_dir, "configs.csv"))
+    layout = TrainLayout(train_dir, logs_dir)
+    configs = pd.read_csv(layout.file(train_layout.CONFIGS_CSV))
     jobs = running_jobs(train_dir)
-    keys = read_json(Path(train_dir, configs["pack"][0], "keys.json"))
+    keys = read_json(layout.keys(configs["pack"][0]))
     checkpoints = keys["set"]["save"]["value"]
     latest = latest_step(checkpoints)
     rows, rates = [], []
     for pack in configs.to_dict("records"):
         name = pack["pack"]
-        records = sorted(Path(train_dir, name, "segments").glob("*.json"))
-        done = [read_json(r) for r in records]
+        done = [read_json(r) for r in layout.records_of(name)]
         rates += [r["s_per_iter"] for r in done if r.get("s_per_iter")]
         start, end = pack["iteration_offset"], pack["iteration_offset"] + pack["train_iters"]
         active = {k: j for (p, k), j in jobs.items() if p == name}
         reached = min(max(latest, start), end) if latest is not None and latest >= start else start
         note = ""
         for k, job in sorted(active.items()):
-            log = Path(logs_dir, "train", name, f"segment_{k}.log")
+            log = Path(layout.step_log(name, "segment", k))
             if job["state"] == "RUNNING":
                 logged = last_logged_iteration(log)
                 reached = max(reached, logged or reached)
@@ -110,9 +111,7 @@ def pack_rows(train_dir: str, logs_dir: str, train: TrainSettings) -> tuple[list
                 "slurm": " ".join(f"{k}:{j['id']}:{j['state']}" for k, j in sorted(active.items())) or "-",
                 "s/iter": measured,
                 "plan s/iter": pack.get("seconds_per_iter", train.seconds_per_iter),
-                "state": pack_state(
-                    Path(train_dir, name, "done.json").exists(), bool(active), reached > start
-                ),
+                "state": pack_state(os.path.exists(layout.done(name)), bool(active), reached > start),
                 "note": note,
             }
         )
@@ -134,7 +133,7 @@ def suggestions(
 ) -> pd.DataFrame:
     """The cadence of the packs not started yet, at the measured s/iter."""
     cadence = dataclasses.replace(cadence_of(train), seconds_per_iter=rate)
-    configs = pd.read_csv(Path(train_dir, "configs.csv")).set_index("pack")
+    configs = pd.read_csv(TrainLayout(train_dir).file(train_layout.CONFIGS_CSV)).set_index("pack")
     out = []
     for row in rows:
         if row["state"] != "waiting":
@@ -163,8 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     train = TrainSettings.from_config(json.loads(args.train_json))
-    if not Path(args.train_dir, "configs.csv").exists():
-        print(f"status: no trainer configs yet ({args.train_dir}/configs.csv): build the data first")
+    configs = TrainLayout(args.train_dir).file(train_layout.CONFIGS_CSV)
+    if not os.path.exists(configs):
+        print(f"status: no trainer configs yet ({configs}): build the data first")
         return 0
     rows, run = pack_rows(args.train_dir, args.logs_dir, train)
     if args.json:

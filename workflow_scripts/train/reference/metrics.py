@@ -7,7 +7,8 @@ folder, e.g. ``results/train/reference/main_1/`` for ``results/train/checkpoints
 - ``loss.png``: the curve, with the validation losses (matplotlib, imported only to draw it),
 - ``eval.jsonl``: one JSON line per evaluation (``iteration``, ``valid_loss``, ``valid_ppl``, ``samples``),
 - ``eval-only.jsonl``: the standalone evaluations (``--eval-only``),
-- ``segments/global_step{A}-{B}.json``: a segment's iterations, tokens/s, peak memory and exit reason.
+- ``global_step{A}-{B}.json`` in its segments folder (core/train_layout.py): a segment's iterations,
+  tokens/s, peak memory and exit reason.
 
 A run resumed from global step G first drops the rows after G that a killed run had written, so the files
 always describe the run that the checkpoints continue.
@@ -21,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import atomic_path, write_json
 
 CSV_COLUMNS = ("iteration", "loss", "lr", "tokens_per_s")
@@ -32,8 +34,8 @@ class Metrics:
     def __init__(self, out_dir: str, enabled: bool = True) -> None:
         self.out = Path(out_dir)
         self.enabled = enabled
-        self.loss_csv = self.out / "loss.csv"
-        self.eval_jsonl = self.out / "eval.jsonl"
+        self.loss_csv = self.out / train_layout.LOSS_CSV
+        self.eval_jsonl = self.out / train_layout.EVAL_JSONL
         self.eval_only_jsonl = self.out / "eval-only.jsonl"
         self.plot_png = self.out / "loss.png"
         if enabled:
@@ -77,7 +79,8 @@ class Metrics:
     def segment(self, summary: dict[str, Any]) -> Path | None:
         if not self.enabled:
             return None
-        path = self.out / "segments" / f"global_step{summary['first_step']}-{summary['last_step']}.json"
+        segments = Path(train_layout.reference_segments(str(self.out)))
+        path = segments / f"global_step{summary['first_step']}-{summary['last_step']}.json"
         write_json(path, summary)
         return path
 

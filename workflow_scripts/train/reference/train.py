@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workflow_scripts.core import train_layout
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference import engine as dist_engine
 from workflow_scripts.train.reference.config import RunConfig, load_config, tokenizer_ids
@@ -86,7 +87,7 @@ def default_out(cfg: RunConfig) -> str:
     """``reference/{config name}`` beside the ``save`` folder (beside the config without one)."""
     anchor = cfg.save or cfg.load
     base = os.path.dirname(os.path.abspath(anchor.rstrip("/"))) if anchor else os.path.dirname(cfg.path)
-    return os.path.join(base, "reference", cfg.name)
+    return train_layout.reference_run(base, cfg.name)
 
 
 def say(dist: Any, text: str) -> None:

@@ -1,4 +1,4 @@
-"""``snakemake plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table."""
+"""``snakepack plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table."""
 
 from __future__ import annotations
 

@@ -1,0 +1,153 @@
+"""Every name in the training's part of the results tree (``{output_root}/train``) and of its logs, built and
+parsed here and nowhere else (the rest of the tree is ``core/naming.py``'s). Standard library only: the
+Snakefile imports it while it is parsed.
+
+================================  ==============================================================
+path (under the train folder)     what
+================================  ==============================================================
+``{pack}/{pack}.yml`` / ``.args``  the pack's trainer config (GPT-NeoX / Megatron-LM)
+``{pack}/keys.json``               every key the workflow set and why, and the pack's summary
+``{pack}/segments/{k}.json``       segment k's record (written when it trained its share)
+``{pack}/segments/attempts/``      every run of a segment, failed or not: ``{k}.{stamp}.{pid}.json``
+``{pack}/eval/{k}.json``           the evaluation of segment k's checkpoint
+``{pack}/retention/{k}.json``      what the retention policy kept and deleted after segment k
+``{pack}/done.json``               the pack reached its last step (the next pack starts after it)
+``configs.csv`` / ``.md``          every pack's iterations, cadence and segments
+``loss.csv``, ``loss.png``,        the run's curve across segments and packs, its evaluations,
+``evals.csv``, ``segments.csv``,   its segments and their statistics
+``stats.json``
+``detach/chain.json``              the job ids of a detached chain
+``reference/{run}/``               the reference trainer's own ``loss.csv``, ``eval.jsonl``, ``segments/``
+================================  ==============================================================
+
+Logs go to ``{logs}/train/``: ``{pack}_config.log``, ``{pack}/segment_{k}.log`` (and ``eval_``,
+``retention_``, ``after_``), ``{pack}/done.log``, ``configs.log``, ``curve.log``, ``detach.log``,
+``status.log``. ``{pack}`` and ``{k}`` may be Snakemake wildcards (``"{pack}"``, ``"{segment}"``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+SEGMENTS = "segments"
+ATTEMPTS = "attempts"
+REFERENCE = "reference"
+KEYS = "keys.json"
+DONE = "done.json"
+LOSS_CSV = "loss.csv"
+LOSS_PNG = "loss.png"
+EVALS_CSV = "evals.csv"
+SEGMENTS_CSV = "segments.csv"
+STATS = "stats.json"
+CONFIGS_CSV = "configs.csv"
+CONFIGS_MD = "configs.md"
+EVAL_JSONL = "eval.jsonl"
+# The records trainers leave, relative to the train folder: the Slurm segments, every run of them, their
+# curve (train_curve's loss.csv and evals.csv), and the reference trainer's curves and segments.
+RECORD_PATTERNS = (
+    f"*/{SEGMENTS}/*.json",
+    f"*/{SEGMENTS}/{ATTEMPTS}/*.json",
+    LOSS_CSV,
+    EVALS_CSV,
+    f"{REFERENCE}/*/{LOSS_CSV}",
+    f"{REFERENCE}/*/{EVAL_JSONL}",
+    f"{REFERENCE}/*/{SEGMENTS}/*.json",
+)
+
+
+@dataclass(frozen=True)
+class TrainLayout:
+    """The paths under the train folder ``root`` and the training logs under ``logs`` (no trailing ``/``)."""
+
+    root: str
+    logs: str = "logs"
+
+    def config(self, pack: str, ext: str) -> str:
+        return f"{self.root}/{pack}/{pack}{ext}"
+
+    def keys(self, pack: str) -> str:
+        return f"{self.root}/{pack}/{KEYS}"
+
+    def record(self, pack: str, k: int | str) -> str:
+        return f"{self.root}/{pack}/{SEGMENTS}/{k}.json"
+
+    def records_of(self, pack: str) -> list[str]:
+        """The segment records a pack has on disk, sorted by name."""
+        return sorted(glob.glob(os.path.join(glob.escape(f"{self.root}/{pack}/{SEGMENTS}"), "*.json")))
+
+    def evaluation(self, pack: str, k: int | str) -> str:
+        return f"{self.root}/{pack}/eval/{k}.json"
+
+    def retention(self, pack: str, k: int | str) -> str:
+        return f"{self.root}/{pack}/retention/{k}.json"
+
+    def done(self, pack: str) -> str:
+        return f"{self.root}/{pack}/{DONE}"
+
+    def file(self, name: str) -> str:
+        """A file of the whole run (``CONFIGS_CSV``, ``LOSS_CSV``, ...)."""
+        return f"{self.root}/{name}"
+
+    @property
+    def detach_state(self) -> str:
+        return f"{self.root}/detach/chain.json"
+
+    @property
+    def detach_flag(self) -> str:
+        """Snakemake's mark that the detached chain was submitted (a temporary file)."""
+        return f"{self.root}/detach/submitted"
+
+    def records(self) -> list[str]:
+        """Every training record under the train folder, sorted (none before anything trained)."""
+        root = glob.escape(self.root)
+        return sorted(p for pattern in RECORD_PATTERNS for p in glob.glob(os.path.join(root, pattern)))
+
+    def log(self, name: str) -> str:
+        """A log of the whole run (``configs``, ``curve``, ``detach``, ``status``) or ``{pack}_config``."""
+        return f"{self.logs}/train/{name}.log"
+
+    def step_log(self, pack: str, step: str, k: int | str | None = None) -> str:
+        """A pack's step log: ``segment``, ``eval``, ``retention``, ``after`` (with ``k``) or ``done``."""
+        return f"{self.logs}/train/{pack}/{step}" + ("" if k is None else f"_{k}") + ".log"
+
+
+def attempt(record: str, segment: int, stamp: str, pid: int) -> str:
+    """Where a run of a segment leaves its record, beside the segment record ``record``."""
+    return os.path.join(os.path.dirname(record), ATTEMPTS, f"{segment}.{stamp}.{pid}.json")
+
+
+def attempts_of(record: str, segment: int) -> list[str]:
+    """Every run's record of segment ``segment`` (whose record is ``record``)."""
+    folder = os.path.join(glob.escape(os.path.dirname(record)), ATTEMPTS)
+    return glob.glob(os.path.join(folder, f"{segment}.*.json"))
+
+
+def finetune_off(record: str, segment: int) -> str:
+    """The config override a segment writes beside its record once the run has its own checkpoint."""
+    return os.path.join(os.path.dirname(record), f".{segment}.finetune-off.yml")
+
+
+def kind_of(path: str) -> tuple[str, str, str] | None:
+    """A record path's ``(kind, pack, trainer)``: kind ``record`` (a segment's) or ``attempt`` (a run's),
+    trainer ``slurm`` or ``reference``; ``None`` for other files."""
+    parts = path.split(os.sep)
+    if not path.endswith(".json") or len(parts) < 3:
+        return None
+    if parts[-2] == SEGMENTS:
+        reference = len(parts) >= 4 and parts[-4] == REFERENCE
+        return "record", parts[-3], REFERENCE if reference else "slurm"
+    if parts[-3:-1] == [SEGMENTS, ATTEMPTS]:
+        return "attempt", parts[-4], "slurm"
+    return None
+
+
+def reference_run(save_parent: str, name: str) -> str:
+    """The reference trainer's folder of its own metrics for run ``name``, beside its checkpoints."""
+    return os.path.join(save_parent, REFERENCE, name)
+
+
+def reference_segments(run_dir: str) -> str:
+    """The reference trainer's segment records in its run folder."""
+    return os.path.join(run_dir, SEGMENTS)

@@ -1,0 +1,165 @@
+"""The tokenize stage's reader: a jsonl shard (optionally .gz/.zst) parsed into batches of about
+``batch_bytes`` of text, each with the records rejected while parsing it (``classify``), read ahead in a
+background thread (``prefetch``) while the previous batch is encoded. ``REASONS`` are every reject reason
+of the stage, in the order of its stats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import orjson
+
+from workflow_scripts.core.fsio import open_binary
+from workflow_scripts.tokens.framing import RecordSettings
+from workflow_scripts.tokens.sft import MarkerSplitter
+from workflow_scripts.tokens.tokenizer import LONG_CHARS
+
+REASONS = (
+    "malformed_json",
+    "missing_text",
+    "empty_text",
+    "marker_in_pretraining",
+    "no_sft_marker",
+    "too_few_tokens",
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One rejected record: its 1-based line, id (if readable), reason and a short detail."""
+
+    line: int
+    id: Any
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class Batch:
+    """Accepted texts of a run of input lines, with the rejects found while parsing them."""
+
+    texts: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    ids: list[Any] = field(default_factory=list)
+    text_bytes: list[int] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    input_bytes: int = 0
+    size: int = 0  # text bytes, to cut batches
+
+    @property
+    def docs_in(self) -> int:
+        return len(self.texts) + len(self.rejects)
+
+
+def classify(
+    raw: bytes, line: int, settings: RecordSettings, splitter: MarkerSplitter | None
+) -> tuple[Any, str | Reject]:
+    """Parse one input line: ``(id, text)`` for a record to encode, ``(None, Reject)`` otherwise."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, Reject(line, None, "malformed_json", str(exc)[:200])
+    if not isinstance(record, dict):
+        return None, Reject(line, None, "malformed_json", f"a JSON {type(record).__name__}, not an object")
+    rid = record.get("id")
+    text = record.get(settings.json_key)
+    if not isinstance(text, str):
+        what = "missing" if text is None else f"a {type(text).__name__}, not a string"
+        return None, Reject(line, rid, "missing_text", f"{settings.json_key!r} is {what}")
+    if not text.strip():
+        return None, Reject(line, rid, "empty_text", "whitespace only" if text else "empty string")
+    if splitter is not None:
+        has_marker = splitter.contains_marker(text)
+        if settings.sft and not has_marker:
+            return None, Reject(line, rid, "no_sft_marker", "SFT record without any marker")
+        if not settings.sft and has_marker:
+            return None, Reject(
+                line, rid, "marker_in_pretraining", "pretraining document contains an SFT marker"
+            )
+    return rid, text
+
+
+def utf8_length(text: str, chunk: int = 1 << 20) -> int:
+    """Bytes of ``text`` in UTF-8, without a copy of a long text."""
+    if text.isascii():
+        return len(text)
+    return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
+
+
+def read_batches(path: str, settings: RecordSettings, batch_bytes: int) -> Generator[Batch, None, None]:
+    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text."""
+    splitter = MarkerSplitter(settings.markers) if settings.markers else None
+    batch = Batch()
+    with open_binary(path) as f:
+        for line, raw in enumerate(f, start=1):
+            batch.input_bytes += len(raw)
+            if raw.isspace():
+                continue
+            rid, text = classify(raw, line, settings, splitter)
+            if isinstance(text, Reject):
+                batch.rejects.append(text)
+                continue
+            raw = b""  # let the line go: the batch holds the text
+            nbytes = utf8_length(text)
+            batch.texts.append(text)
+            batch.lines.append(line)
+            batch.ids.append(rid)
+            batch.text_bytes.append(nbytes)
+            batch.size += nbytes
+            del text
+            if batch.size >= batch_bytes:
+                yield batch
+                batch = Batch()
+    if batch.docs_in or batch.input_bytes:
+        yield batch
+
+
+def prefetch(items: Generator[T, None, None], depth: int = 2) -> Iterator[T]:
+    """Run the generator ``items`` in a background thread, at most ``depth`` items ahead; its exceptions
+    re-raise here. Closing the returned iterator stops the thread and closes ``items``."""
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            with contextlib.closing(items):
+                for item in items:
+                    if stop.is_set():
+                        return
+                    q.put((True, item))
+            q.put((False, None))
+        except BaseException as exc:
+            q.put((False, exc))
+
+    thread = threading.Thread(target=produce, name="tokenize-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a pending put
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        thread.join()
+
+
+def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
+    """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
+    bytes)``. Batches are cut by size, so a long document is always the last of its batch."""
+    if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
+        return None
+    return batch.texts.pop(), batch.lines.pop(), batch.ids.pop(), batch.text_bytes.pop()
