@@ -35,7 +35,7 @@ checkpoint plan:
         f"{LOGS}/plan.log",
     localrule: True
     params:
-        config=plan_config(),
+        config=inputs.plan_json(config),
         merged=MERGED,
         specs=SPECS,
     conda:

@@ -72,7 +72,7 @@ rule report_training:
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.page),
         train_dir=lambda wildcards: TRAIN,
-        records=training_stamps(),
+        records=TRAIN_LAYOUT.stamps(),
         seconds_per_iter=config["train"]["seconds_per_iter"],
     conda:
         "../envs/report.yaml"

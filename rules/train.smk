@@ -42,7 +42,7 @@ checkpoint train_config:
 
 rule train_configs:
     input:
-        get_train_configs,
+        lambda wildcards: [TRAIN_LAYOUT.config(p, TRAIN_CONFIG_EXT) for p in planned_packs()],
     output:
         csv=TRAIN_LAYOUT.file(train_layout.CONFIGS_CSV),
         md=TRAIN_LAYOUT.file(train_layout.CONFIGS_MD),
@@ -77,7 +77,7 @@ rule train_segment:
         segments=lambda wildcards: pack_summary(wildcards.pack).segments,
         launch=lambda wildcards: config["train"]["launch"],  # functions: {config} is the trainer's
         margin=config["train"]["save_minutes"],
-        finetune=finetune_option(),
+        finetune=shlex.join(["--finetune-from", config["train"]["finetune_from"]]) if config["train"]["finetune_from"] else "",
     conda:
         "../envs/train.yaml"
     shell:

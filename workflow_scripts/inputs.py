@@ -9,6 +9,7 @@ names, ``tokenizer.model``.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -17,6 +18,7 @@ from workflow_scripts.datapacks.mixture import check_config
 from workflow_scripts.ingest.sample import NAME_REGEX, plan
 from workflow_scripts.ingest.sources import Group, resolve_groups
 from workflow_scripts.tokens.sources import Imported, resolve_imports
+from workflow_scripts.train.settings import trained_keys
 
 
 def sample_files(config: dict[str, Any], sample_dir: str) -> list[str]:
@@ -55,3 +57,11 @@ def resolve(config: dict[str, Any], sample_dir: str) -> tuple[dict[str, Group], 
     if model and not os.path.isfile(model):
         raise UserError(f"tokenizer.model: {model} is not a file")
     return groups, imports
+
+
+def plan_json(config: dict[str, Any]) -> str:
+    """The configuration the plan depends on, as JSON (a change of it reruns the plan)."""
+    keys = ("seed", "training", "datapacks", "mixtures")
+    return json.dumps(
+        {**{k: config[k] for k in keys}, "train": trained_keys(config["train"])}, sort_keys=True
+    )

@@ -104,6 +104,11 @@ class TrainLayout:
         root = glob.escape(self.root)
         return sorted(p for pattern in RECORD_PATTERNS for p in glob.glob(os.path.join(root, pattern)))
 
+    def stamps(self) -> str:
+        """Each record with its modification time, one string: what the training charts depend on (not the
+        records as inputs: those would put their training jobs into every DAG that makes the report)."""
+        return " ".join(f"{p}@{os.stat(p).st_mtime_ns}" for p in self.records())
+
     def log(self, name: str) -> str:
         """A log of the whole run (``configs``, ``curve``, ``detach``, ``status``) or ``{pack}_config``."""
         return f"{self.logs}/train/{name}.log"
