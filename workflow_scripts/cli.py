@@ -50,9 +50,7 @@ COMMANDS: dict[str, Command] = {
     "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
     "train-reference": _c("train.reference.train", "train one pack's GPT-NeoX config (torch + DeepSpeed)"),
     "finetune-start": _c("train.finetune", "a checkpoint folder starting from a checkpoint (seed 003)"),
-    "train-summary": _c(
-        "train.configs", "the packs' training table (iterations, cadence, segments)", "summary_main"
-    ),
+    "train-summary": _c("train.summary", "the packs' training table (iterations, cadence, segments)"),
     "train-segment": _c("train.segment", "one training segment of a pack (a Slurm job) and its record"),
     "train-eval": _c("train.checkpoint_eval", "evaluate the checkpoint a segment saved"),
     "train-prune": _c("train.retention", "the checkpoint retention policy after a segment"),

@@ -39,7 +39,7 @@ from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.train import lint
+from workflow_scripts.train import lint, summary
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.sft import sft_train_iters
@@ -391,7 +391,7 @@ def write_pack_config(
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     pack = plan["packs"][index]
-    row = summary_row(pack, keys, train, layout, path)
+    row = summary.row(pack, keys.values, train, layout, path)
     write_json(
         paths.keys(pack_name),
         {
@@ -408,39 +408,6 @@ def write_pack_config(
         },
     )
     return row
-
-
-SUMMARY_COLUMNS = [
-    "pack",
-    "config",
-    "train_iters",
-    "iteration_offset",
-    "checkpoint_factor",
-    "exit_interval",
-    "segments",
-    "hours",
-    "seconds_per_iter",
-    "data_parallel",
-]
-
-
-def summary_row(
-    pack: dict[str, Any], keys: Keys, train: TrainSettings, layout: dict[str, int], path: str
-) -> dict[str, Any]:
-    """What the plan shows for a pack's training: iterations, cadence, segments, time."""
-    iters, interval = pack["train_iters"], keys.values["exit_interval"]
-    return {
-        "pack": pack["name"],
-        "config": path,
-        "train_iters": iters,
-        "iteration_offset": keys.values["iteration_offset"],
-        "checkpoint_factor": keys.values["checkpoint_factor"],
-        "exit_interval": interval,
-        "segments": schedule.segments(iters, interval, train.spare_segments),
-        "hours": round(iters * train.seconds_per_iter / 3600, 3),
-        "seconds_per_iter": train.seconds_per_iter,
-        "data_parallel": layout["dp"],
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -471,23 +438,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         sft=args.mode == "sft",
     )
     print(" ".join(f"{k}={v}" for k, v in row.items()))
-    return 0
-
-
-def summary_main(argv: Sequence[str] | None = None) -> int:
-    """``snakepack train-summary``: the packs' training rows as CSV and Markdown, printed too."""
-    import pandas as pd
-
-    parser = argparse.ArgumentParser(description="The per-pack training summary table.")
-    parser.add_argument("--csv", required=True)
-    parser.add_argument("--md", required=True)
-    parser.add_argument("keys", nargs="*", help="each pack's keys file, in plan order")
-    args = parser.parse_args(argv)
-    table = pd.DataFrame([read_json(k)["summary"] for k in args.keys], columns=SUMMARY_COLUMNS)
-    with atomic_path(args.csv) as tmp:
-        table.to_csv(tmp, index=False)
-    text = table.to_markdown(index=False) if len(table) else "(no packs)"
-    with atomic_path(args.md) as tmp:
-        tmp.write_text(text + "\n", encoding="utf-8")
-    print(text)
     return 0
