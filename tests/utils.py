@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 import zstandard
 
+from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,3 +204,12 @@ def web_source(raw: Path) -> dict:
         "domain": "web",
         "subdomain": "cc",
     }
+
+
+def shard_records(out: Path) -> list[dict[str, Any]]:
+    """Every record of the ingest shards in ``out``, in shard order."""
+    records = []
+    for path in sorted(out.glob("*_split_*")):
+        with open_binary(path) as fh:
+            records += [orjson.loads(line) for line in fh]
+    return records

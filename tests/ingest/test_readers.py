@@ -18,8 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.utils import write_jsonl
-from workflow_scripts.core.fsio import open_binary
+from tests.utils import shard_records, write_jsonl
 from workflow_scripts.ingest.shards import IngestError, IngestSettings, check_counts, ingest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,14 +56,6 @@ def cut_file(tmp_path: Path, ext: str) -> tuple[Path, bytes]:
     path = tmp_path / f"en_web_cc_part-1.jsonl.{ext}"
     path.write_bytes(data[: len(data) * 6 // 10])
     return path, path.read_bytes()
-
-
-def shard_records(out: Path) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(out.glob("*_split_*")):
-        with open_binary(path) as fh:
-            records += [orjson.loads(line) for line in fh]
-    return records
 
 
 def quarantine(out: Path) -> list[dict[str, Any]]:

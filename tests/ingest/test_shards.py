@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from tests.utils import write_jsonl, write_lines
-from workflow_scripts.core.fsio import open_binary, read_json
+from tests.utils import shard_records, write_jsonl, write_lines
+from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.stage_stats import UnbalancedStats
 from workflow_scripts.ingest import shards as ingest_mod
 from workflow_scripts.ingest.shards import (
@@ -39,14 +39,6 @@ TEXTS = ["Hello world", "Grüße aus Köln", "Привет, мир", "東京は�
 def options(**kw: Any) -> IngestSettings:
     group = {} if "name_regex" in kw else {"lang": "en", "domain": "web", "subdomain": "cc"}
     return IngestSettings(**{"shard_size": 1 << 20, **group, **kw})
-
-
-def shard_records(out: Path) -> list[dict[str, Any]]:
-    records = []
-    for path in sorted(out.glob("*_split_*")):
-        with open_binary(path) as fh:
-            records += [orjson.loads(line) for line in fh]
-    return records
 
 
 def quarantine(out: Path) -> list[tuple[str, int, str]]:
