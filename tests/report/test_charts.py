@@ -4,8 +4,6 @@ stage outputs, the bytes are stable, and what has not run is absent without an e
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ import pandas as pd
 import pytest
 
 from tests.report.conftest import RUN, write_training_records
-from tests.utils import REPO, Workflow
+from tests.utils import Workflow
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
@@ -138,28 +136,6 @@ def test_a_partial_tree_reports_what_exists(workflow: Workflow) -> None:
     workflow.ok("--report", "partial.html")
     assert not (workflow.root / "results" / "report").exists()
     assert "report_plan" in workflow.ok(*RUN, "-n")
-
-
-def test_the_snakefile_imports_nothing_heavy() -> None:
-    """What the Snakefile and the rules import (every Slurm job parses them again) brings in no matplotlib,
-    pandas, numpy or torch."""
-    sources = [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))]
-    imports = [
-        line
-        for f in sources
-        for line in f.read_text().splitlines()
-        if line.startswith("from workflow_scripts")
-    ]
-    assert len(imports) > 5
-    code = "\n".join(
-        [
-            *imports,
-            "import sys",
-            "print(sorted({'matplotlib', 'pandas', 'numpy', 'torch'} & set(sys.modules)))",
-        ]
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
 
 
 def test_plan_charts_without_a_time_estimate(tmp_path: Path) -> None:
