@@ -175,6 +175,7 @@ def _chain(packs):
 
 def get_segment_inputs(wildcards):
     """A segment's config, predecessor and data (ancient(): the same data remade does not retrain)."""
+    pack_summary(wildcards.pack)  # first: in a Slurm job, the checkpoint its parameters read comes first
     try:
         previous = train_chain().waits_for(wildcards.pack, int(wildcards.segment))
     except ChainError as error:

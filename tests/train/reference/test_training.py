@@ -124,8 +124,10 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(
     proc = run_trainer(runs["killed"])
     assert f"resumed from global_step{step}: local iteration {step} of 24" in proc.stdout
     assert losses(out) == whole  # step by step, bit for bit (dropout on: the RNG state is restored)
-    a, b = (model_state(tmp_path / n / "ckpt" / "global_step24")["module"] for n in ("whole", "killed"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = (model_state(tmp_path / n / "ckpt" / "global_step24") for n in ("whole", "killed"))
+    assert all(torch.equal(a["module"][k], b["module"][k]) for k in a["module"])
+    # every random state a checkpoint holds, Python's too, comes from the seed: the same bytes run to run
+    assert a["reference_trainer"]["rng"]["python"] == b["reference_trainer"]["rng"]["python"]
 
 
 def test_three_exits_reach_the_end_and_the_next_pack_continues(

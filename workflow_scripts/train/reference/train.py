@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import random
 import signal
 import sys
 import time
@@ -233,6 +234,7 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
     if valid_specs:
         datasets = [data.GPTDataset(s) for s in valid_specs]
         valid = data.Blend(datasets, cfg.valid_weights, cfg.eval_iters * cfg.batch)
+    random.seed(cfg.seed)  # saved in each checkpoint with the others: the same seed, the same bytes
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
     model = GPT(cfg.model).to(dist.device)
