@@ -172,7 +172,7 @@ rule train_detach:
     input:
         pack_keys=lambda wildcards: [p.keys for p in train_chain().packs],
     output:
-        temp(touch(TRAIN_LAYOUT.detach_flag)),  # gone once `train` has it: each `snakemake train` submits again
+        touch(TRAIN_LAYOUT.detach_flag),  # removed once the run succeeded: each `snakemake train` submits again
     log:
         TRAIN_LAYOUT.log("detach"),
     localrule: True
@@ -187,6 +187,13 @@ rule train_detach:
     shell:
         "python -m workflow_scripts train-detach --train-json {params.train:q} --train-dir {params.train_dir:q}"
         " --logs-dir {params.logs_dir:q} --state {params.state:q} {params.sft} {input.pack_keys:q} 2>&1 | tee -a {log:q}"
+
+
+# A detached chain is submitted by every `snakemake train` (what is done or still queued is kept): the mark
+# of a submission goes once the run succeeded. (Snakemake keeps a temp() input of a target rule.)
+onsuccess:
+    if os.path.exists(TRAIN_LAYOUT.detach_flag):
+        os.remove(TRAIN_LAYOUT.detach_flag)
 
 
 rule status:

@@ -96,7 +96,7 @@ class TrainLayout:
 
     @property
     def detach_flag(self) -> str:
-        """Snakemake's mark that the detached chain was submitted (a temporary file)."""
+        """Snakemake's mark that the detached chain was submitted (removed once the run succeeded)."""
         return f"{self.root}/detach/submitted"
 
     def records(self) -> list[str]:
