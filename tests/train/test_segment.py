@@ -142,19 +142,37 @@ def test_segments_reach_their_boundaries_and_a_spare_only_verifies(pack):
     assert read_json(done)["iterations_recorded"] == 25 and read_json(done)["segments_training"] == 3
 
 
-def test_a_signal_stops_the_trainer_which_saves_and_a_retry_resumes(pack):
+def stop_at_12(pack, signum):
+    """A segment stopped by ``signum`` after its trainer saved global_step12; its output."""
     proc = run_segment(pack, 0, 4, {"STEP_S": "0.2"})
     deadline = time.time() + 60
     while time.time() < deadline and not (pack["ckpt"] / "global_step12").exists():
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out
+    return proc.returncode, out
+
+
+def test_a_signal_stops_the_trainer_which_saves_and_a_retry_resumes(pack):
+    rc, out = stop_at_12(pack, signal.SIGUSR1)  # a time limit's notice: the segment did its share
+    assert rc == 0, out
     first = read_json(pack["dir"] / "segments" / "0.json")
-    assert first["exit"] == f"signal {int(signal.SIGTERM)}"
+    assert first["exit"] == f"signal {int(signal.SIGUSR1)}"
     assert 12 <= first["last_step"] < 20
     second = segment_ok(pack, 1)  # to the same boundary: local iterations are multiples of exit_interval
     assert (second["first_step"], second["last_step"]) == (first["last_step"], 20)
+
+
+def test_a_cancelled_segment_saves_leaves_no_record_and_its_retry_resumes(pack):
+    """SIGTERM (scancel, preemption): the trainer saves, the segment fails (no record, its attempt says
+    why), so a retry of the same segment resumes from what was saved."""
+    rc, out = stop_at_12(pack, signal.SIGTERM)
+    assert rc != 0 and "stopped by SIGTERM" in out
+    assert not (pack["dir"] / "segments" / "0.json").exists()
+    (attempt,) = [read_json(p) for p in (pack["dir"] / "segments" / "attempts").glob("0.*.json")]
+    assert "stopped by SIGTERM" in attempt["exit"] and attempt["last_step"] >= 12
+    retry = segment_ok(pack, 0)
+    assert (retry["first_step"], retry["last_step"]) == (attempt["last_step"], 20)
 
 
 def test_the_watchdog_stops_the_trainer_before_the_time_limit(pack, monkeypatch):

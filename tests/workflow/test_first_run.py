@@ -187,7 +187,7 @@ def test_the_readmes_plan_and_status_commands_work_as_written(sample_run: Workfl
 def test_a_second_checkout_leaves_the_first_ones_profiles_alone(workflow: Workflow, tmp_path: Path) -> None:
     """`.ci/link-profiles` (run by the setup) links the profiles where `--profile NAME` looks; a second
     checkout's setup keeps the first one's links and says so; a link whose checkout is gone is taken over."""
-    env = snakemake_env() | {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env = snakemake_env() | {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SNAKEPACK_PYTHON": sys.executable}
     env.pop("SNAKEPACK_SLURM_ACCOUNT", None)
     profiles = tmp_path / "xdg" / "snakemake"
 

@@ -40,11 +40,14 @@ def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
                     "wall_hours": pack["wall_hours"],
                 }
             )
-    df = pd.DataFrame(rows)
     keys = ["pack", "phase", "mixture", "lang", "domain", "train_iters", "iteration_offset", "wall_hours"]
+    df = pd.DataFrame(rows, columns=[*keys, "tokens", "documents"])  # the columns also without a phase
     df = df.groupby(keys, sort=False, dropna=False, as_index=False)[["tokens", "documents"]].sum()
     df["share"] = (df["tokens"] / df.groupby("pack")["tokens"].transform("sum")).round(4)
     return df
+
+
+PACK_COLUMNS = ("pack", "phase", "budget", "tokens", "train_iters", "iteration_offset", "trained_tokens")
 
 
 def pack_table(plan: dict[str, Any]) -> pd.DataFrame:
@@ -52,18 +55,13 @@ def pack_table(plan: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {
-                "pack": p["name"],
-                "phase": p["phase"],
-                "budget": p["budget"],
-                "tokens": p["tokens"],
-                "train_iters": p["train_iters"],
-                "iteration_offset": p["iteration_offset"],
-                "trained_tokens": p["trained_tokens"],
+                **{c: p[c if c != "pack" else "name"] for c in PACK_COLUMNS},
                 "wall_hours": p["wall_hours"],
                 "upsampled_sources": sum(s["upsampled"] for s in p["slices"]),
             }
             for p in plan["packs"]
-        ]
+        ],
+        columns=[*PACK_COLUMNS, "wall_hours", "upsampled_sources"],  # the columns also without a phase
     )
 
 
@@ -142,6 +140,8 @@ def markdown(plan: dict[str, Any]) -> str:
     if not has_estimate(plan):
         packs, rows = packs.drop(columns="wall_hours"), rows.drop(columns="wall_hours")
         estimate = [f"wall time: {NO_ESTIMATE}", ""]
+    if not plan["packs"]:
+        estimate += ["no phases (`datapacks.phases`): the data is counted, no pack is cut", ""]
     lines = [
         "# Datapack plan",
         "",

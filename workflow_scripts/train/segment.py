@@ -236,6 +236,8 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     failure = None
     if rc != 0:
         failure = f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}"
+    elif launch.signalled == f"signal {int(signal.SIGTERM)}":  # a time limit's notice is SIGUSR1
+        failure = f"{keys.pack} segment {args.segment}: stopped by SIGTERM (cancelled or preempted; {where})"
     elif after is None or (after < keys.end and (before is not None and after <= before)):
         failure = f"{keys.pack} segment {args.segment}: no progress ({where}); a retry resumes"
     elif args.segment == args.segments - 1 and after < keys.end:
