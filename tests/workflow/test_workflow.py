@@ -21,6 +21,14 @@ from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
 
 
+# A user's own small run: one mixture, one phase, iterations sized for a few MB of text.
+SMALL_PLAN = {
+    "training": {"seq_length": 128, "global_batch_size": 4},
+    "mixtures": {"all": {}},
+    "datapacks": {"phases": [{"name": "all", "tokens": 20000, "mixture": "all"}]},
+}
+
+
 def jsonl(path: Path) -> list[dict]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
 
@@ -75,6 +83,7 @@ def test_a_new_raw_file_recomputes_only_its_group(workflow: Workflow, tmp_path: 
                 "name_regex": r"^(?P<lang>[a-z]{2})_(?P<domain>[a-z]+)_(?P<subdomain>[a-z0-9]+)_part-\d+",
             }
         ],
+        **SMALL_PLAN,
     }
     (workflow.root / "extra.yaml").write_text(yaml.safe_dump(config))
     args = ("--profile", "profiles/local", "--cores", "2", "--configfile", "extra.yaml")
@@ -379,6 +388,7 @@ def test_paths_with_spaces_and_shell_syntax_are_safe(workflow: Workflow, tmp_pat
             }
         ],
         "sample": {"scale": 0.1},
+        **SMALL_PLAN,
     }
     (workflow.root / "odd.yaml").write_text(yaml.safe_dump(config))
     workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "odd.yaml")
