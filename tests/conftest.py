@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import trainers as trainer_code
 from tests.utils import Workflow
 
 
@@ -22,3 +23,12 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     wf = Workflow(tmp_path_factory.mktemp("sample") / "wf")
     wf.ok("--profile", "profiles/local", "--cores", "2")
     return wf
+
+
+@pytest.fixture(scope="session")
+def trainers() -> trainer_code.Trainers:
+    """The trainers' pinned sources and their Python (tests/trainers.py), or a skip saying why not."""
+    try:
+        return trainer_code.trainers()
+    except trainer_code.Missing as missing:
+        pytest.skip(f"compatibility NOT CHECKED: {missing}")

@@ -27,7 +27,9 @@ def test_paths_of_a_pack_and_its_segments() -> None:
         train_layout.attempt(record, 2, "20261124T1200", 7)
         == "results/train/main_1/segments/attempts/2.20261124T1200.7.json"
     )
-    assert train_layout.finetune_off(record, 2) == "results/train/main_1/segments/.2.finetune-off.yml"
+    assert (
+        train_layout.finetune_off(record, 2, ".args") == "results/train/main_1/segments/.2.finetune-off.args"
+    )
 
 
 def test_records_are_found_and_told_apart(tmp_path: Path) -> None:

@@ -1,14 +1,9 @@
-"""Byte-for-byte against the real Megatron-LM and GPT-NeoX tools, when their checkouts are given.
-
-Set ``SNAKEPACK_MEGATRON_GIT`` and ``SNAKEPACK_NEOX_GIT`` (git directories of the two repositories) and
-``SNAKEPACK_COMPAT_PYTHON`` (a Python that can run their ``preprocess_data.py``: torch, sentencepiece and,
-for GPT-NeoX, its requirements). Without them these tests are skipped, and the skip says what is missing.
-"""
+"""Byte-for-byte against the real Megatron-LM and GPT-NeoX tools: their own ``preprocess_data.py`` and
+their readers, from ``../shared/trainers``' pinned sources (the ``trainers`` fixture, tests/trainers.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -17,31 +12,8 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from tests.utils import REPO, export_git, write_jsonl
-
-PYTHON = os.environ.get("SNAKEPACK_COMPAT_PYTHON", "")
-REPOS = {
-    "megatron": os.environ.get("SNAKEPACK_MEGATRON_GIT", ""),
-    "neox": os.environ.get("SNAKEPACK_NEOX_GIT", ""),
-}
-PATHS = {"megatron": ["megatron", "tools"], "neox": ["megatron", "tools"]}
-
-
-def checkout(tool: str, root: Path) -> Path:
-    """The tool's sources exported from its git directory, or a skip naming what is missing."""
-    missing = [
-        name
-        for name, value in (
-            ("SNAKEPACK_COMPAT_PYTHON", PYTHON),
-            (f"SNAKEPACK_{tool.upper()}_GIT", REPOS[tool]),
-        )
-        if not value or not os.path.exists(value)
-    ]
-    if missing:
-        pytest.skip(
-            f"{tool} compatibility NOT CHECKED: set {' and '.join(missing)} (see the module docstring)"
-        )
-    return export_git(REPOS[tool], PATHS[tool], root / tool)
+from tests.trainers import Trainers
+from tests.utils import REPO, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +75,8 @@ def read(prefix: str) -> bytes:
     ],
 )
 def test_tokenize_equals_the_trainers_own_preprocessing(
-    tool: str, options: dict, corpus: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    tool: str, options: dict, corpus: Path, tmp_path: Path, trainers: Trainers
 ) -> None:
-    src = checkout(tool, tmp_path_factory.getbasetemp() / "checkouts")
     model = train(corpus, tmp_path / "m", **options)
     theirs = tmp_path / tool
     if tool == "megatron":
@@ -118,7 +89,7 @@ def test_tokenize_equals_the_trainers_own_preprocessing(
         ]
     else:
         args = ["--tokenizer-type", "SPMTokenizer", "--vocab-file", str(model), "--jsonl-keys"]
-    cmd = [PYTHON, "tools/preprocess_data.py" if tool == "megatron" else "tools/datasets/preprocess_data.py"]
+    cmd = ["tools/preprocess_data.py" if tool == "megatron" else "tools/datasets/preprocess_data.py"]
     cmd += [
         "--input",
         str(corpus),
@@ -130,20 +101,20 @@ def test_tokenize_equals_the_trainers_own_preprocessing(
         *args,
         "text",
     ]
-    subprocess.run(cmd, check=True, cwd=src, capture_output=True, env={**os.environ, "PYTHONPATH": str(src)})
+    out = trainers.run("megatron" if tool == "megatron" else "neox", cmd)
+    assert out.returncode == 0, out.stderr[-3000:]
     assert ours(corpus, model, tmp_path / "ours") == read(f"{theirs}_text_document")
 
 
 READ = r"""
 import sys
-sys.path.insert(0, sys.argv[2])
 if sys.argv[1] == "megatron":
     from megatron.core.datasets.indexed_dataset import IndexedDataset
-    ds = IndexedDataset(sys.argv[3])
+    ds = IndexedDataset(sys.argv[2])
     docs = ds.document_indices
 else:
     from megatron.data.indexed_dataset import MMapIndexedDataset
-    ds = MMapIndexedDataset(sys.argv[3], skip_warmup=True)
+    ds = MMapIndexedDataset(sys.argv[2], skip_warmup=True)
     docs = ds.doc_idx
 print(len(ds), list(docs)[-1], sum(int(ds[i].sum()) for i in range(len(ds))))
 """
@@ -152,9 +123,8 @@ print(len(ds), list(docs)[-1], sum(int(ds[i].sum()) for i in range(len(ds))))
 @pytest.mark.parametrize("tool", ["megatron", "neox"])
 @pytest.mark.parametrize("what", ["tokenized", "merged"])
 def test_the_trainers_readers_load_our_files(
-    tool: str, what: str, corpus: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    tool: str, what: str, corpus: Path, tmp_path: Path, trainers: Trainers
 ) -> None:
-    src = checkout(tool, tmp_path_factory.getbasetemp() / "checkouts")
     model = train(corpus, tmp_path / "m", control_symbols=["<|endoftext|>"])
     ours(corpus, model, tmp_path / "ours")
     prefix = f"{tmp_path / 'ours'}_text_document"
@@ -162,9 +132,9 @@ def test_the_trainers_readers_load_our_files(
         merge = [sys.executable, "-m", "workflow_scripts", "merge", "--output", str(tmp_path / "pack")]
         subprocess.run([*merge, prefix, prefix], check=True, cwd=REPO, capture_output=True)
         prefix = str(tmp_path / "pack")
-    out = subprocess.run(
-        [PYTHON, "-c", READ, tool, str(src), prefix], check=True, cwd=src, capture_output=True, text=True
-    ).stdout.split()
+    read_back = trainers.run("megatron" if tool == "megatron" else "neox", ["-c", READ, tool, prefix])
+    assert read_back.returncode == 0, read_back.stderr[-3000:]
+    out = read_back.stdout.split()
     from workflow_scripts.core.indexed_dataset import IndexedDataset
 
     ds = IndexedDataset(prefix)

@@ -36,7 +36,7 @@ def test_bad_starts_are_refused(tmp_path: Path) -> None:
     other.mkdir(parents=True)
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "global_step5").symlink_to(tmp_path)
-    with pytest.raises(finetune.FinetuneError, match="is not the starting checkpoint"):
+    with pytest.raises(finetune.FinetuneError, match="is not a link to the starting checkpoint"):
         finetune.prepare(str(tmp_path / "c"), str(other))
     with pytest.raises(Exception, match="not a global_stepN"):
         finetune.prepare(str(tmp_path / "c"), str(tmp_path / "x"))

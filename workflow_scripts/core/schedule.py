@@ -245,13 +245,24 @@ def neox_rounds(rounds: Sequence[Round], start: int, stop: int) -> tuple[int, li
 
 
 def start_step(checkpoint: str | None) -> int:
-    """N of a ``global_stepN`` start checkpoint (seed 003's finetune start); 0 without one."""
+    """N of a start checkpoint folder (seed 003's finetune start): GPT-NeoX's ``global_stepN`` or
+    Megatron-LM's ``iter_NNNNNNN``; 0 without one."""
     if not checkpoint:
         return 0
     name = os.path.basename(os.path.normpath(checkpoint))
-    if not re.fullmatch(r"global_step\d+", name):
-        raise ScheduleError(f"train.finetune_from: {checkpoint} is not a global_stepN checkpoint directory")
-    return int(name.removeprefix("global_step"))
+    match = re.fullmatch(r"global_step(\d+)|iter_(\d{7})", name)
+    if not match:
+        raise ScheduleError(
+            f"train.finetune_from: {checkpoint} is not a global_stepN (GPT-NeoX) or iter_NNNNNNN "
+            "(Megatron-LM) checkpoint directory"
+        )
+    return int(match.group(1) or match.group(2))
+
+
+def start_offset(checkpoint: str | None, trainer: str) -> int:
+    """The global step the first pack starts at: the start checkpoint's for GPT-NeoX (``finetune`` keeps
+    its iteration), 0 for Megatron-LM (``--finetune`` restarts the iteration count at 0)."""
+    return start_step(checkpoint) if trainer == "neox" else 0
 
 
 def checkpoint_bytes(params: float, bytes_per_param: float = 14.0) -> float:

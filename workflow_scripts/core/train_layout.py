@@ -129,9 +129,10 @@ def attempts_of(record: str, segment: int) -> list[str]:
     return glob.glob(os.path.join(folder, f"{segment}.*.json"))
 
 
-def finetune_off(record: str, segment: int) -> str:
-    """The config override a segment writes beside its record once the run has its own checkpoint."""
-    return os.path.join(os.path.dirname(record), f".{segment}.finetune-off.yml")
+def finetune_off(record: str, segment: int, ext: str) -> str:
+    """The copy of the pack's config (``ext``: its suffix) with ``finetune`` off that a segment writes beside
+    its record once a fine-tuning run has its own checkpoint."""
+    return os.path.join(os.path.dirname(record), f".{segment}.finetune-off{ext}")
 
 
 def kind_of(path: str) -> tuple[str, str, str] | None:

@@ -95,7 +95,7 @@ def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
         return
     cadence = schedule.Cadence.from_config(train)
     ext = ".yml" if train["trainer"] == "neox" else ".args"
-    start = schedule.start_step(train.get("finetune_from"))
+    start = schedule.start_offset(train.get("finetune_from"), train["trainer"])
     saves: list[int] = []
     for pack in plan["packs"]:
         given = (train["phase_overrides"].get(pack["phase"]) or {}).get("checkpoint_factor")

@@ -197,7 +197,7 @@ def pack_keys(
     """Every key the workflow sets on pack ``index``'s config (trainer-neutral names: GPT-NeoX's)."""
     pack = plan["packs"][index]
     keys = Keys(pack["name"], {}, {})
-    start_offset = schedule.start_step(train.finetune_from)
+    start_offset = schedule.start_offset(train.finetune_from, train.trainer)
     offset = start_offset + pack["iteration_offset"]
     keys.set("train_data_paths", [pack["merged_prefix"]], "the merged pack (prefix, no .bin)")
     keys.set("train_data_weights", [1.0], "one path: the pack is already mixed")
@@ -232,7 +232,7 @@ def pack_keys(
     )
     keys.set("seq_length", plan["seq_length"], "training.seq_length")
     keys.set("train_batch_size", plan["global_batch_size"], "training.global_batch_size")
-    keys.set("save", checkpoints, "one checkpoint directory for the whole run (global_stepN tags)")
+    keys.set("save", checkpoints, "one checkpoint directory for the whole run (the trainer's own layout)")
     keys.set("load", checkpoints, "resume from its latest checkpoint")
     keys.set("vocab_file", tokenizer_model, "the tokenizer the data was made with")
     keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
@@ -255,8 +255,12 @@ def pack_keys(
         f"the largest multiple of checkpoint_factor within {train.time_limit_minutes:g} min minus "
         f"{train.startup_minutes + train.save_minutes:g} min of margins at {train.seconds_per_iter:g} s/iter",
     )
-    if train.keep_last:
-        keys.set("keep_last_n_checkpoints", train.keep_last, "train.keep_last")
+    keys.set(
+        "keep_last_n_checkpoints",
+        None,
+        "retention is the workflow's alone (train.keep_last, train.milestones, pack ends): GPT-NeoX's own "
+        "would delete the oldest checkpoints, milestones and pack ends included",
+    )
     lr = train.first_pack if index == 0 else train.later_packs
     if (
         train.trainer == "megatron"
@@ -307,7 +311,7 @@ def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: 
         args[MEGATRON_NAMES.get(key, key)] = value
     args["train_iters"] = keys.values["iteration_offset"] + keys.values["train_iters"]
     args["tokenizer_type"] = "GPTSentencePieceTokenizer"
-    start = schedule.start_step(train.finetune_from)
+    start = schedule.start_offset(train.finetune_from, train.trainer)
     boundaries = [start + p["iteration_offset"] for p in plan["packs"][1:]]
     if boundaries:
         args["phase_transition_iterations"] = ",".join(map(str, boundaries))
@@ -315,6 +319,7 @@ def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: 
         train.time_limit_minutes, train.save_minutes
     )
     args["exit_signal_handler"] = True
+    args["exit_signal"] = "SIGUSR1"  # the segment's watchdog and Slurm's --signal send USR1 (default: TERM)
     return args
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
-from workflow_scripts.train.segment import PackKeys, latest_step
+from workflow_scripts.train.segment import PackKeys
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,12 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("records", nargs="+", help="the pack's segment records, in order")
     args = parser.parse_args(argv)
     keys = PackKeys.read(args.keys)
-    latest = latest_step(keys.checkpoints)
-    tag = os.path.join(keys.checkpoints, f"global_step{keys.end}")
+    latest = keys.latest()
+    tag = keys.layout.path(keys.checkpoints, keys.end)
     if latest != keys.end or not os.path.exists(tag):
         raise UserError(
             f"{keys.pack} is not finished: latest in {keys.checkpoints} is "
-            f"{'none' if latest is None else f'global_step{latest}'}, its end is global_step{keys.end}"
+            f"{keys.tag(latest)}, its end is {keys.tag(keys.end)}"
             f"{'' if os.path.exists(tag) else ' (no such checkpoint)'}"
         )
     records = [read_json(p) for p in args.records]
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "first_step": keys.offset,
         "last_step": keys.end,
         "train_iters": keys.train_iters,
-        "checkpoint": f"global_step{keys.end}",
+        "checkpoint": keys.tag(keys.end),
         "segments": len(records),
         "segments_training": len(trained),
         "iterations_recorded": sum(r["iterations"] for r in records),  # a failed attempt's are not
@@ -56,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if records[-1]["last_step"] != keys.end:
         raise UserError(
-            f"{keys.pack}: its last segment record ends at global_step{records[-1]['last_step']}, the pack "
+            f"{keys.pack}: its last segment record ends at step {records[-1]['last_step']}, the pack "
             f"at {keys.end} (records from another run?)"
         )
     write_json(args.out, summary)
-    print(f"train-finished: {keys.pack} at global_step{keys.end} after {len(records)} segment(s)")
+    print(f"train-finished: {keys.pack} at {keys.tag(keys.end)} after {len(records)} segment(s)")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,8 @@ def lint_megatron(config: dict[str, Any]) -> Findings:
         elif key in spec["dead"]:
             found.errors.append(f"{spec['keys'][key]['flags'][0]}: {spec['dead'][key]}")
         choices = spec["keys"][key].get("choices")
+        if isinstance(value, str) and isinstance(getattr(signal, value, None), signal.Signals):
+            value = int(getattr(signal, value))  # --exit-signal SIGUSR1: Megatron-LM takes the name
         if choices and value not in choices and value is not True:
             found.errors.append(f"{spec['keys'][key]['flags'][0]}: {value!r} is not one of {choices}")
     return found

@@ -5,9 +5,9 @@ Usage (the train_prune rule's command)::
     snakepack train-prune --record RECORD --keep-last 3 --milestones 1000 2000 --out RETENTION
     # RECORD, RETENTION: a segment's files (core/train_layout.py)
 
-Of the ``global_stepN`` checkpoints up to the segment's own, it keeps the last ``--keep-last`` (0 keeps
-all), the milestones, the run's starting checkpoint (``--protect``) and whatever ``latest`` names, and
-deletes the rest. Checkpoints after the segment's are never touched: the next segment may be saving them,
+Of the checkpoints up to the segment's own (in its trainer's layout, checkpoint_dirs), it keeps the last
+``--keep-last`` (0 keeps all), the milestones, the run's starting checkpoint (``--protect``) and whatever
+the tracker names, and deletes the rest. Checkpoints after the segment's are never touched: the next segment may be saving them,
 and their evaluations have not run yet (this job runs after the segment's evaluation). The record lists
 what was kept and deleted, and the bytes freed.
 """
@@ -15,24 +15,13 @@ what was kept and deleted, and the bytes freed.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import read_json, write_json
-from workflow_scripts.train.segment import latest_step
-
-TAG = re.compile(r"global_step(\d+)")
-
-
-def saved_steps(checkpoints: str) -> list[int]:
-    """The global steps with a checkpoint folder (or a link to one) in ``checkpoints``."""
-    if not os.path.isdir(checkpoints):
-        return []
-    return sorted(int(m.group(1)) for name in os.listdir(checkpoints) if (m := TAG.fullmatch(name)))
+from workflow_scripts.train import checkpoint_dirs
 
 
 def size_of(path: Path) -> int:
@@ -42,11 +31,17 @@ def size_of(path: Path) -> int:
 
 
 def prune(
-    checkpoints: str, up_to: int, keep_last: int, milestones: Sequence[int], protect: Sequence[int]
+    checkpoints: str,
+    up_to: int,
+    keep_last: int,
+    milestones: Sequence[int],
+    protect: Sequence[int],
+    trainer: str = "neox",
 ) -> dict:
     """Delete the checkpoints up to ``up_to`` that the policy does not keep; say what it did."""
-    steps = [s for s in saved_steps(checkpoints) if s <= up_to]
-    latest = latest_step(checkpoints)
+    layout = checkpoint_dirs.of(trainer)
+    steps = [s for s in layout.steps(checkpoints) if s <= up_to]
+    latest = layout.latest(checkpoints)
     keep = set(schedule.kept_checkpoints(steps, keep_last, milestones)) | set(protect)
     if latest is not None:
         keep.add(latest)
@@ -54,7 +49,7 @@ def prune(
     for step in steps:
         if step in keep:
             continue
-        path = Path(checkpoints, f"global_step{step}")
+        path = Path(layout.path(checkpoints, step))
         freed += size_of(path)
         if path.is_symlink():
             path.unlink()
@@ -82,7 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="what was kept and deleted (JSON)")
     args = parser.parse_args(argv)
     record = read_json(args.record)
-    result = prune(record["checkpoints"], record["last_step"], args.keep_last, args.milestones, args.protect)
+    result = prune(
+        record["checkpoints"],
+        record["last_step"],
+        args.keep_last,
+        args.milestones,
+        args.protect,
+        record.get("trainer", "neox"),
+    )
     write_json(args.out, {"pack": record["pack"], "segment": record["segment"], **result})
     print(
         f"train-prune: {record['pack']} segment {record['segment']}: kept {result['kept']}, deleted "

@@ -6,9 +6,10 @@ Usage (the train_segment rule's command)::
         --launch "python -m workflow_scripts train-reference --config {config}" [--margin-minutes 10] \\
         [--finetune-from CKPT]      # KEYS, RECORD: the pack's and the segment's files (core/train_layout.py)
 
-It runs the trainer's launch command (``{config}``: the pack's config, plus an override file that turns
-``finetune`` off once the run has saved its own checkpoint; ``{pack}``), with the pack's environment
-(the SFT switches), passing on SIGTERM and SIGUSR1. The trainer resumes from ``latest`` and stops at its
+It runs the trainer's launch command (``{config}``: the pack's config, or once a fine-tuning run has saved
+its own checkpoint a copy of it with ``finetune`` off: one file, as GPT-NeoX refuses a key repeated across
+its files; ``{pack}``), with the pack's environment (the SFT switches), passing on SIGTERM and SIGUSR1. The
+trainer resumes from its tracker (``latest``; checkpoint_dirs gives each trainer's layout) and stops at its
 ``exit_interval`` boundary, at the pack's end, or on the signal, saving first. Inside Slurm, a watchdog
 sends SIGUSR1 ``--margin-minutes`` before the job's time limit (asked from squeue), so a segment uses its
 whole time whatever the s/iter; ``--signal=USR1@...`` in the profile does the same for trainers launched
@@ -41,10 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
-from workflow_scripts.train import finetune, progress_lines, slurm
+from workflow_scripts.train import checkpoint_dirs, finetune, progress_lines, slurm
 
 
 class SegmentError(UserError, RuntimeError):
@@ -62,6 +65,7 @@ class PackKeys:
     exit_interval: int
     checkpoints: str
     environment: dict[str, str]
+    trainer: str = "neox"
 
     @property
     def end(self) -> int:
@@ -79,21 +83,23 @@ class PackKeys:
             exit_interval=int(values["exit_interval"]),
             checkpoints=values["save"],
             environment=dict(keys.get("environment") or {}),
+            trainer=keys.get("trainer", "neox"),
         )
+
+    @property
+    def layout(self) -> checkpoint_dirs.CheckpointLayout:
+        return checkpoint_dirs.of(self.trainer)
+
+    def latest(self) -> int | None:
+        """The global step the checkpoint folder's tracker names (None without one)."""
+        return self.layout.latest(self.checkpoints)
+
+    def tag(self, step: int | None) -> str:
+        return "none" if step is None else self.layout.tag(step)
 
     def boundary(self, segment: int) -> int:
         """The global step segment ``segment`` trains to when nothing stops it early."""
         return self.offset + min(self.train_iters, (segment + 1) * self.exit_interval)
-
-
-def latest_step(checkpoints: str) -> int | None:
-    """The global step ``latest`` names (None without one)."""
-    tag = finetune.latest(checkpoints)
-    if tag is None:
-        return None
-    if not tag.startswith("global_step") or not tag[len("global_step") :].isdigit():
-        raise SegmentError(f"{checkpoints}/latest names {tag!r}, not a global_stepN checkpoint")
-    return int(tag[len("global_step") :])
 
 
 def sha256(path: str) -> str:
@@ -154,14 +160,30 @@ class Launch:
 
 
 def config_arguments(keys: PackKeys, record: Path, segment: int, start: str | None) -> str:
-    """The ``{config}`` of the launch: the pack's config, plus ``finetune: false`` once ``latest`` is the
-    run's own checkpoint (seed 003's rule: the optimizer is reset only once)."""
-    files = [keys.config]
-    if start is not None and not finetune.finetune_flag(keys.checkpoints, start):
-        override = Path(train_layout.finetune_off(str(record), segment))
-        override.write_text("finetune: false\n", encoding="utf-8")
-        files.append(str(override))
-    return shlex.join(files)
+    """The ``{config}`` of the launch: the pack's config, or once ``latest`` is the run's own checkpoint a
+    copy of it with ``finetune`` off (seed 003's rule: the optimizer is reset only once). Always one file:
+    GPT-NeoX's ``NeoXArgs.from_ymls`` refuses a key given in two files."""
+    if start is None or finetune.finetune_flag(keys.checkpoints, start, keys.trainer):
+        return shlex.quote(keys.config)
+    with open(keys.config, encoding="utf-8") as f:
+        text = f.read()
+    if keys.trainer == "neox":
+        config = yaml.safe_load(text)
+        config["finetune"] = False
+        text = yaml.safe_dump(config, sort_keys=False, width=120)
+    else:
+        text = "".join(line for line in text.splitlines(True) if line.strip() != "--finetune")
+    off = Path(train_layout.finetune_off(str(record), segment, Path(keys.config).suffix))
+    off.write_text(text, encoding="utf-8")
+    return shlex.quote(str(off))
+
+
+def position(keys: PackKeys, start: str | None) -> int | None:
+    """The run's global step: the tracker's, or None while it still names the fine-tuning start (the
+    run has none of its own; Megatron-LM's ``--finetune`` restarts at iteration 0)."""
+    if start is not None and finetune.finetune_flag(keys.checkpoints, start, keys.trainer):
+        return None
+    return keys.latest()
 
 
 def deadline_of(margin_minutes: float) -> float | None:
@@ -175,10 +197,10 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     keys = PackKeys.read(args.keys)
     record_path = Path(args.record)
     record_path.parent.mkdir(parents=True, exist_ok=True)
-    before = latest_step(keys.checkpoints)
+    before = position(keys, args.finetune_from)
     if before is not None and before > keys.end:
         raise SegmentError(
-            f"{keys.pack}: latest in {keys.checkpoints} is global_step{before}, past this pack's end "
+            f"{keys.pack}: latest in {keys.checkpoints} is {keys.tag(before)}, past this pack's end "
             f"{keys.end}: a later pack has trained already (its config changed?)"
         )
     target = keys.boundary(args.segment)
@@ -188,7 +210,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     started, wall0 = dt.datetime.now(dt.UTC), time.perf_counter()
     print(
         f"train-segment: {keys.pack} segment {args.segment + 1} of {args.segments}: latest "
-        f"{'none' if before is None else f'global_step{before}'}, trains to global_step{target} "
+        f"{keys.tag(before)}, trains to {keys.tag(target)} "
         f"(pack end {keys.end})\n  $ {command}",
         flush=True,
     )
@@ -203,7 +225,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         for s, handler in forward.items():
             signal.signal(s, handler)
     wall = time.perf_counter() - wall0
-    after = latest_step(keys.checkpoints)
+    after = position(keys, args.finetune_from)
     first = keys.offset if before is None or before < keys.offset else before
     last = first if after is None else after
     record = {
@@ -217,7 +239,8 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         "end_step": keys.end,
         "iterations": last - first,
         "finished": last == keys.end,
-        "checkpoint": None if after is None else f"global_step{after}",
+        "checkpoint": None if after is None else keys.tag(after),
+        "trainer": keys.trainer,
         "checkpoints": keys.checkpoints,
         "config": keys.config,
         **slurm.this_job(),
@@ -232,7 +255,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         "exit": launch.signalled or ("pack finished" if after == keys.end else "segment boundary"),
         "config_sha256": sha256(keys.config),
     }
-    where = f"latest is {'none' if after is None else f'global_step{after}'} of {keys.end}"
+    where = f"latest is {keys.tag(after)} of {keys.end}"
     failure = None
     if rc != 0:
         failure = f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}"
@@ -267,8 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = run_segment(args)
     write_json(args.record, record)
     print(
-        f"train-segment: {record['pack']} segment {args.segment + 1}/{args.segments}: global_step"
-        f"{record['first_step']} -> global_step{record['last_step']} ({record['iterations']} iterations, "
+        f"train-segment: {record['pack']} segment {args.segment + 1}/{args.segments}: step "
+        f"{record['first_step']} -> {record['last_step']} ({record['iterations']} iterations, "
         f"{record['wall_seconds']:.1f} s, {record['s_per_iter'] or '-'} s/iter); exit: {record['exit']}",
         flush=True,
     )

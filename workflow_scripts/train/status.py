@@ -30,9 +30,8 @@ import pandas as pd
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.train import progress_lines, slurm
+from workflow_scripts.train import checkpoint_dirs, progress_lines, slurm
 from workflow_scripts.train.configs import cadence_of
-from workflow_scripts.train.segment import latest_step
 from workflow_scripts.train.settings import TrainSettings
 
 
@@ -83,7 +82,8 @@ def pack_rows(train_dir: str, logs_dir: str, train: TrainSettings) -> tuple[list
     jobs = running_jobs(train_dir)
     keys = read_json(layout.keys(configs["pack"][0]))
     checkpoints = keys["set"]["save"]["value"]
-    latest = latest_step(checkpoints)
+    layout_of_run = checkpoint_dirs.of(keys.get("trainer", "neox"))
+    latest = layout_of_run.latest(checkpoints)
     rows, rates = [], []
     for pack in configs.to_dict("records"):
         name = pack["pack"]
@@ -119,7 +119,7 @@ def pack_rows(train_dir: str, logs_dir: str, train: TrainSettings) -> tuple[list
     left = sum(int(r["steps"].split("-")[1]) - r["reached"] for r in rows)
     run = {
         "checkpoints": checkpoints,
-        "latest": None if latest is None else f"global_step{latest}",
+        "latest": None if latest is None else layout_of_run.tag(latest),
         "checkpoint_bytes": disk_bytes(checkpoints) if os.path.isdir(checkpoints) else 0,
         "measured_s_per_iter": rate,
         "iterations_left": left,

@@ -1,58 +1,57 @@
-"""Checkpoints in GPT-NeoX's layout: DeepSpeed checkpoints tagged ``global_stepN`` and a ``latest`` file.
+"""Checkpoints in the layout of the trainer the config is for (train/checkpoint_dirs): GPT-NeoX's
+DeepSpeed checkpoints tagged ``global_stepN`` with a ``latest`` file, or Megatron-LM's ``iter_NNNNNNN``
+folders with ``latest_checkpointed_iteration.txt``; the contents are DeepSpeed's either way.
 
 Every checkpoint carries, beside DeepSpeed's module and optimizer states, the trainer's own state under
 ``reference_trainer``: the global and local iteration, the ``iteration_offset`` and pack it was made with,
 the samples consumed (the data position), the LR schedule's settings and the RNG states (Python, NumPy,
 torch, CUDA), so a resumed run draws exactly what an uninterrupted one would. ``latest`` is written after
 every rank has saved, under a temporary name renamed into place: a run killed while saving leaves
-``latest`` naming the previous, complete checkpoint.
+``latest`` naming the previous, complete checkpoint. ``keep_last_n_checkpoints`` deletes the oldest
+``global_stepN`` folders after a save, as GPT-NeoX's ``delete_old_checkpoints`` does (the workflow's
+configs turn it off: retention is the workflow's).
 """
 
 from __future__ import annotations
 
 import os
 import random
-import re
+import shutil
 from typing import Any
 
 import numpy as np
 import torch
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import atomic_path
-from workflow_scripts.train import finetune
+from workflow_scripts.train.checkpoint_dirs import CheckpointLayout
 from workflow_scripts.train.reference import engine as dist_engine
 
 CLIENT_KEY = "reference_trainer"
-TAG = re.compile(r"global_step(\d+)")
 
 
 class CheckpointError(UserError, ValueError):
     """A checkpoint folder that does not fit this pack's config; the message says which and why."""
 
 
-def tag_of(step: int) -> str:
-    return f"global_step{step}"
+def step_of(layout: CheckpointLayout, tag: str) -> int:
+    step = layout.step(tag)
+    if step is None:
+        raise CheckpointError(f"{tag!r} is not a checkpoint name of {layout.trainer} ({layout.tag(0)}...)")
+    return step
 
 
-def step_of(tag: str) -> int:
-    match = TAG.fullmatch(tag)
-    if not match:
-        raise CheckpointError(f"latest names {tag!r}, not a global_stepN checkpoint")
-    return int(match.group(1))
+def latest_step(layout: CheckpointLayout, directory: str | None) -> int | None:
+    """The global step the tracker names in ``directory`` (None when there is none)."""
+    return layout.latest(directory) if directory else None
 
 
-def latest_step(directory: str | None) -> int | None:
-    """The global step ``latest`` names in ``directory`` (None when there is none)."""
-    if not directory:
-        return None
-    tag = finetune.latest(directory)
-    return None if tag is None else step_of(tag)
-
-
-def write_latest(directory: str, step: int) -> None:
-    with atomic_path(os.path.join(directory, finetune.LATEST)) as tmp:
-        tmp.write_text(tag_of(step) + "\n", encoding="utf-8")
+def delete_oldest(layout: CheckpointLayout, directory: str, keep: int) -> list[str]:
+    """GPT-NeoX's ``keep_last_n_checkpoints``: all but the newest ``keep`` checkpoint folders deleted."""
+    steps = layout.steps(directory)
+    doomed = [layout.path(directory, s) for s in steps[: max(0, len(steps) - keep)]]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
 
 
 def rng_state() -> dict[str, Any]:
@@ -74,26 +73,31 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(engine: Any, directory: str, step: int, state: dict[str, Any], main: bool) -> str:
-    """Save ``global_step{step}`` (every rank), then point ``latest`` at it (rank 0); return its path."""
-    engine.save_checkpoint(directory, tag=tag_of(step), client_state={CLIENT_KEY: state}, save_latest=False)
+def save(
+    layout: CheckpointLayout, engine: Any, directory: str, step: int, state: dict[str, Any], main: bool
+) -> str:
+    """Save the checkpoint of ``step`` (every rank), then point the tracker at it (rank 0); its path."""
+    tag = layout.tag(step)
+    engine.save_checkpoint(directory, tag=tag, client_state={CLIENT_KEY: state}, save_latest=False)
     dist_engine.barrier()
     if main:
-        write_latest(directory, step)
+        layout.set_latest(directory, step)
     dist_engine.barrier()
-    return os.path.join(directory, tag_of(step))
+    return os.path.join(directory, tag)
 
 
-def load(engine: Any, directory: str, step: int, weights_only: bool) -> dict[str, Any] | None:
-    """Load ``global_step{step}``: everything, or the weights only (a fine-tuning start); return the trainer
-    state saved with it (None for a checkpoint made by another trainer)."""
+def load(
+    layout: CheckpointLayout, engine: Any, directory: str, step: int, weights_only: bool
+) -> dict[str, Any] | None:
+    """Load the checkpoint of ``step``: everything, or the weights only (a fine-tuning start); return the
+    trainer state saved with it (None for a checkpoint made by another trainer)."""
     path, client = engine.load_checkpoint(
         directory,
-        tag=tag_of(step),
+        tag=layout.tag(step),
         load_module_only=weights_only,
         load_optimizer_states=not weights_only,
         load_lr_scheduler_states=False,
     )
     if path is None:
-        raise CheckpointError(f"{os.path.join(directory, tag_of(step))}: DeepSpeed could not load it")
+        raise CheckpointError(f"{layout.path(directory, step)}: DeepSpeed could not load it")
     return (client or {}).get(CLIENT_KEY)

@@ -1,8 +1,15 @@
-"""The trainer config: a GPT-NeoX YAML (keys normalised as GPT-NeoX does), the keys implemented, the rest
-listed once.
+"""The trainer config: a GPT-NeoX YAML (keys normalised as GPT-NeoX does) or a Megatron-LM arguments file,
+the keys implemented, the rest listed once.
 
-``load_config`` reads one or more YAML files (later ones override, as GPT-NeoX merges its ``*.yml``) into a
-``RunConfig``. Every key it reads is in ``IMPLEMENTED``; any other key, and an implemented key whose value the
+``load_config`` reads one or more GPT-NeoX YAML files, as strictly as ``NeoXArgs.from_ymls``: a key given in
+two files is refused, and so is a key GPT-NeoX does not know (upstream or the LUMI fork:
+``train/trainer_keys``). A single ``.args`` file is read as Megatron-LM's ``parse_args`` would (an unknown
+flag is refused) and mapped onto the same run: ``--train-iters`` is the global step the pack ends at and
+the pack starts at the last ``--phase-transition-iterations`` before it; ``--exit-interval`` counts global
+iterations; without ``--exit-signal-handler`` a signal stops the run unsaved, and with it only
+``--exit-signal`` (SIGTERM unless given) saves. Either way it ends in a ``RunConfig``.
+
+Every key it reads is in ``IMPLEMENTED``; any other known key, and an implemented key whose value the
 reference trainer does not support (``pos_emb: rotary``, ``precision: fp16``...), is listed in
 ``RunConfig.not_implemented`` with what is used instead, which the trainer prints once at start. Values that
 would change which samples are read or when the run saves (the batch arithmetic, ``pack_impl``, model or
@@ -13,6 +20,8 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +29,7 @@ from typing import Any
 import yaml
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.train import lint
 
 NEOX_EOD_PIECE = "<|endoftext|>"
 ASSISTANT_PIECE = "<|assistant|>"
@@ -84,8 +94,35 @@ IMPLEMENTED = frozenset(
         "layernorm_epsilon",
         "init_method_std",
         "activation",
+        "keep_last_n_checkpoints",
     }
 )
+MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
+    "micro_batch_size": "train_micro_batch_size_per_gpu",
+    "global_batch_size": "train_batch_size",
+    "train_data_path": "train_data_paths",
+    "valid_data_path": "valid_data_paths",
+    "tokenizer_model": "vocab_file",
+    "save_interval": "checkpoint_factor",
+    "clip_grad": "gradient_clipping",
+    "lr_warmup_fraction": "warmup",
+    "override_opt_param_scheduler": "override_lr_scheduler",
+    "tensor_model_parallel_size": "model_parallel_size",
+    "pipeline_model_parallel_size": "pipe_parallel_size",
+    "norm_epsilon": "layernorm_epsilon",
+}
+MEGATRON_OWN = {  # read by the Megatron mapping itself
+    "lr",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_eps",
+    "bf16",
+    "fp16",
+    "untie_embeddings_and_output_weights",
+    "phase_transition_iterations",
+    "exit_signal_handler",
+    "exit_signal",
+}
 
 
 class ConfigError(UserError, ValueError):
@@ -153,6 +190,10 @@ class RunConfig:
     model: ModelConfig
     eod_id: int
     not_implemented: list[str] = field(default_factory=list)
+    trainer: str = "neox"  # whose config, checkpoint layout and exit rules: neox or megatron
+    keep_last: int | None = None  # GPT-NeoX's keep_last_n_checkpoints
+    phase_transitions: tuple[int, ...] = ()  # Megatron-LM: save and exit there
+    save_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)  # signals that save and exit
 
     @property
     def end(self) -> int:
@@ -161,15 +202,89 @@ class RunConfig:
 
 
 def read_yaml(paths: Sequence[str]) -> dict[str, Any]:
-    """The merged configs (later files override), keys with ``-`` normalised to ``_`` as GPT-NeoX does."""
+    """The configs merged as ``NeoXArgs.from_ymls`` merges them: keys with ``-`` normalised to ``_``, a key
+    repeated across files refused, a key GPT-NeoX does not know refused."""
     merged: dict[str, Any] = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
-        merged.update({str(k).replace("-", "_"): v for k, v in data.items()})
+        for key, value in data.items():
+            if key in merged:
+                raise ConfigError(
+                    f"Conf file {path} has the following duplicate keys with previously loaded file: {key} "
+                    "(GPT-NeoX's NeoXArgs.from_ymls refuses it too)"
+                )
+            merged[str(key).replace("-", "_")] = value
+    spec = lint.trainer_keys("neox")
+    unknown = sorted(set(merged) - set(spec["keys"]) - set(spec["fork_only"]))
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(paths)}: {', '.join(unknown)}: not GPT-NeoX keys (NeoXArgs fails on them: "
+            "unexpected keyword argument)"
+        )
     return merged
+
+
+def read_megatron(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Megatron-LM arguments file as (the GPT-NeoX keys it maps to, the Megatron-only settings)."""
+    with open(path, encoding="utf-8") as f:
+        tokens = shlex.split(f.read(), comments=True)
+    given: dict[str, Any] = {}
+    dest = None
+    for token in tokens:
+        if token.startswith("--"):
+            dest = lint.dest_of(token)
+            if dest is None:
+                raise ConfigError(f"{path}: Megatron-LM's parse_args: unrecognized arguments: {token}")
+            given[dest] = True
+        elif dest is None:
+            raise ConfigError(f"{path}: {token!r} is not a --flag or a flag's value")
+        else:
+            value: Any = token
+            for kind in (int, float):
+                try:
+                    value = kind(token)
+                    break
+                except ValueError:
+                    continue
+            previous = given[dest]
+            given[dest] = (
+                value
+                if previous is True
+                else [*(previous if isinstance(previous, list) else [previous]), value]
+            )
+    raw = {MEGATRON_TO_NEOX.get(k, k): v for k, v in given.items() if k not in MEGATRON_OWN}
+    for key in ("train_data_paths", "valid_data_paths"):
+        if key in raw and not isinstance(raw[key], list):
+            raw[key] = [raw[key]]
+    raw["optimizer"] = {
+        "type": "Adam",
+        "params": {
+            "lr": given.get("lr"),
+            "betas": [float(given.get("adam_beta1", 0.9)), float(given.get("adam_beta2", 0.999))],
+            "eps": float(given.get("adam_eps", 1e-8)),
+        },
+    }
+    raw["precision"] = "bf16" if given.get("bf16") else "fp16" if given.get("fp16") else "fp32"
+    raw["no_weight_tying"] = bool(given.get("untie_embeddings_and_output_weights"))
+    raw.setdefault("lr_decay_style", "linear")
+    raw.setdefault("warmup", 0.0)
+    transitions = tuple(
+        sorted(int(t) for t in str(given.get("phase_transition_iterations") or "").split(",") if t)
+    )
+    end = int(given.get("train_iters") or 0)
+    offset = max([t for t in transitions if t < end], default=0)
+    raw["iteration_offset"], raw["train_iters"] = offset, end - offset
+    exit_signal = given.get("exit_signal", "SIGTERM")
+    exit_signal = signal.Signals[exit_signal] if isinstance(exit_signal, str) else signal.Signals(exit_signal)
+    megatron = {
+        "phase_transitions": transitions,
+        "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
+        "tokenizer_type": given.get("tokenizer_type"),
+    }
+    return raw, megatron
 
 
 def _int(raw: dict[str, Any], key: str, default: int | None = None, minimum: int | None = 0) -> int | None:
@@ -296,7 +411,13 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     """Read and check the config(s) for a run of ``world_size`` data-parallel processes (``bf16``: the GPU
     supports bfloat16)."""
     path = paths[0]
-    raw = read_yaml(paths)
+    megatron: dict[str, Any] = {}
+    if path.endswith(".args"):
+        if len(paths) > 1:
+            raise ConfigError(f"{', '.join(paths)}: Megatron-LM takes one arguments file")
+        raw, megatron = read_megatron(path)
+    else:
+        raw = read_yaml(paths)
     for key in ("pipe_parallel_size", "model_parallel_size"):
         if int(raw.get(key) or 1) != 1:
             raise ConfigError(f"{key}: {raw[key]}: the reference trainer is data parallel only (1)")
@@ -308,6 +429,8 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     decay = str(raw.get("lr_decay_style") or "linear")
     if decay not in DECAY_STYLES:
         raise ConfigError(f"lr_decay_style: {decay}: implemented are {', '.join(DECAY_STYLES)}")
+    if megatron:
+        raw["tokenizer_type"] = "SPMTokenizer"  # read as Megatron-LM's GPTSentencePieceTokenizer below
     notes, precision, stage = _check_values(raw, bf16)
     unknown = sorted(set(raw) - IMPLEMENTED)
     if unknown:
@@ -327,6 +450,10 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     betas = tuple(float(b) for b in params.get("betas", (0.9, 0.999)))
     vocab_file = str(_required(raw, "vocab_file", path))
     vocab, eod, _ = tokenizer_ids(vocab_file, sft=False)
+    if megatron:  # GPTSentencePieceTokenizer: EOD is the model's EOS
+        import sentencepiece as spm
+
+        eod = spm.SentencePieceProcessor(model_file=vocab_file).eos_id()
     heads = _int(raw, "num_attention_heads", minimum=1)
     hidden = _int(raw, "hidden_size", minimum=1)
     if heads is None or hidden is None or hidden % heads:
@@ -393,4 +520,8 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
         model=model,
         eod_id=eod,
         not_implemented=notes,
+        trainer="megatron" if megatron else "neox",
+        keep_last=_int(raw, "keep_last_n_checkpoints", minimum=1),
+        phase_transitions=megatron.get("phase_transitions", ()),
+        save_signals=megatron.get("save_signals", RunConfig.save_signals),
     )

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflow_scripts.core import train_layout
+from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference import engine as dist_engine
 from workflow_scripts.train.reference.config import RunConfig, load_config, tokenizer_ids
@@ -63,16 +64,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 class Stop:
-    """SIGTERM / SIGUSR1: finish the iteration, save, exit 0."""
+    """The signals that finish the iteration, save and exit 0 (GPT-NeoX: SIGTERM and SIGUSR1; Megatron-LM:
+    its ``--exit-signal`` with ``--exit-signal-handler``, none without); any other stops the run unsaved."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-    def __init__(self) -> None:
+    def __init__(self, signals: Sequence[int]) -> None:
+        self.signals = tuple(signals)
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> Stop:
-        for s in self.SIGNALS:
+        for s in self.signals:
             self._previous[s] = signal.signal(s, self._handle)
         return self
 
@@ -265,8 +266,9 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
     from workflow_scripts.train.reference.lr import Schedule
 
     cfg = trainer.cfg
+    layout = checkpoint_dirs.of(cfg.trainer)
     schedule = Schedule.of(cfg.lr, cfg.min_lr, cfg.warmup, cfg.train_iters, cfg.decay_style)
-    step = checkpoints.latest_step(cfg.load)
+    step = checkpoints.latest_step(layout, cfg.load)
     where = f"load {cfg.load}"
     if step is None:
         if cfg.finetune:
@@ -280,45 +282,48 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
             )
         return 0, schedule
     if cfg.finetune:
-        if step != cfg.offset:
+        # GPT-NeoX keeps the start's iteration (the offset); Megatron-LM restarts at 0, so there the start
+        # is told from the run's own checkpoints by being the link finetune-start made
+        own = step != cfg.offset if cfg.trainer == "neox" else not os.path.islink(layout.path(cfg.load, step))
+        if own:
             raise checkpoints.CheckpointError(
-                f"finetune: true, but latest in {cfg.load} is global_step{step}, not the starting "
-                f"checkpoint global_step{cfg.offset} (iteration_offset): the run has saved its own "
-                "checkpoint, so finetune must be false now (seed 003: `finetune_flag`), or the optimizer "
-                "is reset again"
+                f"finetune: true, but latest in {cfg.load} is {layout.tag(step)}, a checkpoint the run saved "
+                "itself, not the starting checkpoint: finetune must be false now (seed 003: "
+                "`finetune_flag`), or the optimizer is reset again"
+                + ("" if cfg.trainer == "neox" else " and Megatron-LM's iteration restarts at 0")
             )
-        checkpoints.load(trainer.engine, cfg.load, step, weights_only=True)
-        say(trainer.dist, f"  finetune: weights of global_step{step}, fresh optimizer, local iteration 0")
+        checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=True)
+        say(trainer.dist, f"  finetune: weights of {layout.tag(step)}, fresh optimizer, local iteration 0")
         return 0, schedule
     local = step - cfg.offset
     if local < 0:
         raise checkpoints.CheckpointError(
-            f"latest in {cfg.load} is global_step{step}, before this pack's iteration_offset {cfg.offset}: "
+            f"latest in {cfg.load} is {layout.tag(step)}, before this pack's iteration_offset {cfg.offset}: "
             "the previous pack has not reached its end"
         )
     if local > cfg.train_iters:
         raise checkpoints.CheckpointError(
-            f"latest in {cfg.load} is global_step{step}, past this pack's end {cfg.end} "
+            f"latest in {cfg.load} is {layout.tag(step)}, past this pack's end {cfg.end} "
             f"(iteration_offset {cfg.offset} + train_iters {cfg.train_iters}): a later pack's checkpoint?"
         )
-    state = checkpoints.load(trainer.engine, cfg.load, step, weights_only=False)
+    state = checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=False)
     if state is not None:
         if state["iteration"] != step:
-            raise checkpoints.CheckpointError(f"global_step{step} says it is iteration {state['iteration']}")
+            raise checkpoints.CheckpointError(f"{layout.tag(step)} says it is iteration {state['iteration']}")
         same_pack = state["train_data_paths"] == cfg.train_paths
         if same_pack and state["local_iteration"] != local:
             raise checkpoints.CheckpointError(
-                f"global_step{step} is local iteration {state['local_iteration']} of this pack (offset "
+                f"{layout.tag(step)} is local iteration {state['local_iteration']} of this pack (offset "
                 f"{state['iteration_offset']}), but iteration_offset {cfg.offset} makes it {local}"
             )
         if not same_pack and local != 0:
             raise checkpoints.CheckpointError(
-                f"global_step{step} was saved by pack {state['pack']}, but this pack starts at {cfg.offset}"
+                f"{layout.tag(step)} was saved by pack {state['pack']}, but this pack starts at {cfg.offset}"
             )
         checkpoints.set_rng_state(state["rng"])
         if not cfg.override_lr_scheduler and state.get("lr_schedule"):
             schedule = Schedule.from_state(state["lr_schedule"])
-    say(trainer.dist, f"  resumed from global_step{step}: local iteration {local} of {cfg.train_iters}")
+    say(trainer.dist, f"  resumed from {layout.tag(step)}: local iteration {local} of {cfg.train_iters}")
     return local, schedule
 
 
@@ -348,10 +353,22 @@ def save_due(cfg: RunConfig, local: int) -> bool:
     )
 
 
+def exit_due(cfg: RunConfig, local: int) -> bool:
+    """Where a segment exits before the pack's end: GPT-NeoX (the LUMI fork) counts ``exit_interval`` in
+    local iterations; Megatron-LM in global ones, and exits at every phase transition too."""
+    if local >= cfg.train_iters:
+        return False
+    if cfg.trainer == "neox":
+        return cfg.exit_interval is not None and local % cfg.exit_interval == 0
+    step = cfg.offset + local
+    return (cfg.exit_interval is not None and step % cfg.exit_interval == 0) or step in cfg.phase_transitions
+
+
 def run_training(trainer: Trainer, stop: Stop) -> int:
     from workflow_scripts.train.reference import checkpoints
 
     cfg, dist, metrics = trainer.cfg, trainer.dist, trainer.metrics
+    layout = checkpoint_dirs.of(cfg.trainer)
     local, schedule = resume(trainer)
     first = cfg.offset + local
     metrics.resume(first)
@@ -362,7 +379,7 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
         reason = "nothing to train"
         say(
             dist,
-            f"  pack {cfg.name} is complete at global_step{first} (checkpoint verified): nothing to train",
+            f"  pack {cfg.name} is complete at {layout.tag(first)} (checkpoint verified): nothing to train",
         )
     while local < cfg.train_iters:
         lr = schedule.lr(local)
@@ -380,12 +397,15 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
                 f"{tokens_per_iter / seconds:.0f} tokens/s",
             )
         stopping = dist_engine.any_rank(stop.signum is not None, dist.device)
-        exiting = cfg.exit_interval is not None and local % cfg.exit_interval == 0 and local < cfg.train_iters
+        exiting = exit_due(cfg, local)
         if cfg.save and (save_due(cfg, local) or exiting or stopping):
             path = checkpoints.save(
-                trainer.engine, cfg.save, step, trainer_state(cfg, local, schedule), dist.main
+                layout, trainer.engine, cfg.save, step, trainer_state(cfg, local, schedule), dist.main
             )
             say(dist, f"  saved {path}")
+            if cfg.keep_last and dist.main:
+                for old in checkpoints.delete_oldest(layout, cfg.save, cfg.keep_last):
+                    say(dist, f"  keep_last_n_checkpoints {cfg.keep_last}: deleted {old}")
         if stopping:
             reason = f"signal {signal.Signals(stop.signum).name}" if stop.signum else "signal on another rank"
             break
@@ -393,7 +413,11 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
             evaluated = step
             evaluate(trainer, step)
         if exiting:
-            reason = f"exit_interval {cfg.exit_interval}"
+            reason = (
+                f"exit_interval {cfg.exit_interval}"
+                if step not in cfg.phase_transitions
+                else "phase transition"
+            )
             break
     last = cfg.offset + local
     if local == cfg.train_iters and done and trainer.valid is not None and evaluated != last:
@@ -417,7 +441,8 @@ def summarize(
 
     cfg, dist = trainer.cfg, trainer.dist
     tokens = done * cfg.batch * cfg.seq_length
-    saved = checkpoints.latest_step(cfg.save)
+    layout = checkpoint_dirs.of(cfg.trainer)
+    saved = checkpoints.latest_step(layout, cfg.save)
     memory = dist_engine.peak_memory(dist.device)
     tps = tokens / train_s if train_s else 0.0
     summary = {
@@ -434,7 +459,7 @@ def summarize(
         "world_size": dist.world_size,
         "device": str(dist.device),
         "precision": cfg.precision,
-        "latest": None if saved is None else checkpoints.tag_of(saved),
+        "latest": None if saved is None else layout.tag(saved),
         **memory,
     }
     trainer.metrics.segment(summary)
@@ -443,7 +468,7 @@ def summarize(
     gpu = f", GPU {memory['gpu_peak_bytes'] / 2**20:.0f} MiB" if "gpu_peak_bytes" in memory else ""
     say(
         dist,
-        f"segment {cfg.name} global_step{first} -> global_step{last}: {done} iterations, {tokens:,} tokens "
+        f"segment {cfg.name} {layout.tag(first)} -> {layout.tag(last)}: {done} iterations, {tokens:,} tokens "
         f"in {train_s:.2f} s = {tps:,.0f} tokens/s; peak memory RSS "
         f"{memory['rss_peak_bytes'] / 2**20:.0f} MiB{gpu}; exit: {reason}",
     )
@@ -454,16 +479,17 @@ def run_eval_only(trainer: Trainer, tag: str | None, out: str | None) -> int:
     from workflow_scripts.train.reference import checkpoints
 
     cfg = trainer.cfg
-    step = checkpoints.step_of(tag) if tag else checkpoints.latest_step(cfg.load)
+    layout = checkpoint_dirs.of(cfg.trainer)
+    step = checkpoints.step_of(layout, tag) if tag else checkpoints.latest_step(layout, cfg.load)
     if step is None:
         raise checkpoints.CheckpointError(f"--eval-only: no latest checkpoint in `load` ({cfg.load})")
     if trainer.valid is None:
         raise checkpoints.CheckpointError("--eval-only: the config has no valid_data_paths (or eval_iters 0)")
-    checkpoints.load(trainer.engine, cfg.load, step, weights_only=True)
+    checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=True)
     record = {"iteration": step, **trainer.evaluate()}
     trainer.metrics.evaluation(record, standalone=True)
     if out and trainer.dist.main:
-        write_json(out, {"pack": cfg.name, "checkpoint": checkpoints.tag_of(step), **record})
+        write_json(out, {"pack": cfg.name, "checkpoint": layout.tag(step), **record})
     say(trainer.dist, json.dumps(record, sort_keys=True))
     return 0
 
@@ -481,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     cfg = load_config(args.config, dist_engine.world_size(), bf16=bf16)
-    with Stop() as stop:
+    with Stop(cfg.save_signals) as stop:
         trainer = setup(args, cfg)
         try:
             return (

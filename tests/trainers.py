@@ -1,0 +1,160 @@
+"""The trainers' own code for the compatibility tests: ``../shared/trainers``' pinned archives, unpacked,
+with a Python that runs them. Built once per machine and cached, keyed by the archives' hashes.
+
+``python -m tests.trainers`` builds it ahead of the tests (they build it on first use otherwise) and prints
+where. The cache is ``$SNAKEPACK_TRAINERS_CACHE`` (default ``~/.cache/snakepack/trainers``); the archives
+are ``$SNAKEPACK_TRAINERS`` (default ``../shared/trainers`` beside the checkout).
+
+Only the package registry is used: the requirements of GPT-NeoX's own ``requirements/requirements.txt``
+and DeeperSpeed's (their git pins are the archives), Megatron-LM's ``torch numpy packaging`` and the
+``triton`` its argument code imports. Two stand-ins, both forced by what the registry offers (torch 2.13
+and 2.14 CPU builds for this Python only), named here so that no one takes them for the pins:
+
+- The LUMI fork pins DeeperSpeed 02e2ebf, which imports a torch name removed in torch 2.4
+  (``torch.distributed.elastic.agent.server.api.log``). Both GPT-NeoX trees run with upstream's pin
+  (91d1c55); what the tests use of it (the launcher's constants, ``DeepSpeedConfig``'s keys) is the same.
+- Megatron-LM at its pin declares Python >= 3.12, and its argument code uses one 3.12 name,
+  ``typing.override`` (a marker decorator): a ``sitecustomize`` in this Python gives it
+  ``typing_extensions.override``. Megatron-LM's code itself is run as it is.
+- Left out of GPT-NeoX's requirements: ``lm_eval`` (the evaluation harness) and ``mpi4py`` (needs an MPI
+  build); no test imports them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARCHIVES = Path(os.environ.get("SNAKEPACK_TRAINERS") or REPO.parent / "shared" / "trainers")
+CACHE = Path(os.environ.get("SNAKEPACK_TRAINERS_CACHE") or Path.home() / ".cache" / "snakepack" / "trainers")
+
+TREES = {  # the name tests use -> the archive's name before the commit
+    "neox": "gpt-neox",
+    "fork": "llm-gpt-neox",
+    "megatron": "Megatron-LM",
+    "deeperspeed": "DeeperSpeed-91d1c55ba037",  # upstream GPT-NeoX's pin, used for both trees (see above)
+    "lm_dataformat": "lm_dataformat",
+}
+SKIPPED = re.compile(r"^(lm_eval|mpi4py|deepspeed|lm_dataformat)\b")
+EXTRA = ["torch==2.13.0", "packaging>=24.2", "triton==3.6.0", "setuptools<81", "typing_extensions", "pyyaml"]
+SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker decorator): backported."""
+import typing
+
+if not hasattr(typing, "override"):
+    import typing_extensions
+
+    typing.override = typing_extensions.override
+'''
+
+
+class Missing(RuntimeError):
+    """No archives: the checkout is not beside ``shared/`` (a user's checkout)."""
+
+
+@dataclass(frozen=True)
+class Trainers:
+    """The unpacked trees and the Python that runs them."""
+
+    root: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.root / "venv" / "bin" / "python")
+
+    def tree(self, name: str) -> Path:
+        """The source folder of ``neox``, ``fork`` or ``megatron``."""
+        return next((self.root / "src").glob(f"{TREES[name]}*/*"))
+
+    def run(self, name: str, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        """``python argv`` in the tree's folder with the tree on the path; never raises on failure."""
+        src = self.tree(name)
+        env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore"}
+        return subprocess.run(
+            [self.python, *argv], cwd=src, env=env, capture_output=True, text=True, check=False, **kwargs
+        )
+
+
+def archives() -> list[Path]:
+    found = sorted(ARCHIVES.glob("*.tar.gz"))
+    if not found:
+        raise Missing(
+            f"{ARCHIVES} holds no trainer archives (a checkout without ../shared): the compatibility checks "
+            "against GPT-NeoX and Megatron-LM need their pinned sources; set SNAKEPACK_TRAINERS to a folder "
+            "of them"
+        )
+    return found
+
+
+def requirements(src: Path) -> list[str]:
+    """GPT-NeoX's and DeeperSpeed's requirements as their files give them, git pins and left-outs dropped."""
+    lines: list[str] = []
+    for path in (
+        next(src.glob("gpt-neox*/gpt-neox/requirements/requirements.txt")),
+        next(src.glob(f"{TREES['deeperspeed']}*/*/requirements/requirements.txt")),
+    ):
+        for line in path.read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if line and not SKIPPED.match(line) and "git+" not in line:
+                lines.append(line)
+    return sorted(set(lines))
+
+
+def key(found: list[Path]) -> str:
+    digest = hashlib.sha256(f"{sys.version_info[:2]} {EXTRA} {SITECUSTOMIZE}".encode())
+    for path in found:
+        digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def build(root: Path, found: list[Path]) -> None:
+    """Unpack every archive into ``root/src/{archive}/`` and make ``root/venv``."""
+    src = root / "src"
+    for path in found:
+        with tarfile.open(path) as tar:
+            tar.extractall(src / path.name.removesuffix(".tar.gz"), filter="data")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *EXTRA, *requirements(src)], check=True)
+    deeperspeed = next(src.glob(f"{TREES['deeperspeed']}*/*"))
+    subprocess.run(
+        [*pip, "--no-deps", "--no-build-isolation", str(deeperspeed)],
+        check=True,
+        env={**os.environ, "DS_BUILD_OPS": "0"},
+    )
+    subprocess.run([*pip, str(next(src.glob("lm_dataformat*/*")))], check=True)
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(site, "sitecustomize.py").write_text(SITECUSTOMIZE)
+
+
+def trainers() -> Trainers:
+    """The cached build for these archives, built now if missing (one builder at a time per machine)."""
+    found = archives()
+    root = CACHE / key(found)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "ready").exists():
+            print(f"building the trainers' environment in {root} (once per machine)", file=sys.stderr)
+            shutil.rmtree(root, ignore_errors=True)
+            build(root, found)
+            (root / "ready").write_text("\n".join(p.name for p in found) + "\n")
+    return Trainers(root)
+
+
+if __name__ == "__main__":
+    print(trainers().root)
