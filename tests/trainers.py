@@ -46,7 +46,7 @@ TREES = {  # the name tests use -> the archive's name before the commit
 }
 SKIPPED = re.compile(r"^(lm_eval|mpi4py|deepspeed|lm_dataformat)\b")
 EXTRA = ["torch==2.13.0", "packaging>=24.2", "triton==3.6.0", "setuptools<81", "typing_extensions", "pyyaml"]
-SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker decorator): backported."""
+SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker): backported."""
 import typing
 
 if not hasattr(typing, "override"):

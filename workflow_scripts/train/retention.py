@@ -7,9 +7,9 @@ Usage (the train_prune rule's command)::
 
 Of the checkpoints up to the segment's own (in its trainer's layout, checkpoint_dirs), it keeps the last
 ``--keep-last`` (0 keeps all), the milestones, the run's starting checkpoint (``--protect``) and whatever
-the tracker names, and deletes the rest. Checkpoints after the segment's are never touched: the next segment may be saving them,
-and their evaluations have not run yet (this job runs after the segment's evaluation). The record lists
-what was kept and deleted, and the bytes freed.
+the tracker names, and deletes the rest. Checkpoints after the segment's are never touched: the next
+segment may be saving them, and their evaluations have not run yet (this job runs after the segment's
+evaluation). The record lists what was kept and deleted, and the bytes freed.
 """
 
 from __future__ import annotations
