@@ -181,7 +181,8 @@ def get_segment_inputs(wildcards):
     except ChainError as error:
         raise WorkflowError(str(error)) from None
     data = [ancient(f"{MERGED}/{p}/{p}.{e}") for p in [wildcards.pack, *validation_packs()] for e in ("bin", "idx")]
-    return {"pack_keys": TRAIN_LAYOUT.keys(wildcards.pack), "previous": previous, "data": data}
+    start = [ancient(TRAIN_LAYOUT.file(train_layout.FINETUNE_START))] if config["train"]["finetune_from"] else []
+    return {"pack_keys": TRAIN_LAYOUT.keys(wildcards.pack), "previous": previous, "data": data, "start": start}
 
 
 REPORT_CHARTS = report_layout.chart_names(bool(config["train"]["base_config"]), config["dedup"]["enabled"])

@@ -86,6 +86,26 @@ rule train_segment:
         " --attempt {resources.attempt} > {log:q} 2>&1"
 
 
+rule train_finetune_start:
+    """Seed 003's start, made by the DAG: the run's checkpoint folder gets a link to train.finetune_from and
+    the trainer's tracker naming it (refused where the run has a checkpoint of its own of that name)."""
+    input:
+        start=config["train"]["finetune_from"] or [],
+    output:
+        TRAIN_LAYOUT.file(train_layout.FINETUNE_START),
+    log:
+        TRAIN_LAYOUT.log("finetune_start"),
+    localrule: True
+    params:
+        checkpoints=CHECKPOINTS,
+        trainer=config["train"]["trainer"],
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_scripts finetune-start --checkpoints {params.checkpoints:q} --start {input.start:q}"
+        " --trainer {params.trainer} --out {output:q} > {log:q} 2>&1"
+
+
 rule train_eval:
     input:
         pack_keys=TRAIN_LAYOUT.keys("{pack}"),
@@ -171,6 +191,7 @@ rule train_detach:
     """Submit what is left of the chain as sbatch jobs (--dependency=afterany) and return."""
     input:
         pack_keys=lambda wildcards: [p.keys for p in train_chain().packs],
+        start=[TRAIN_LAYOUT.file(train_layout.FINETUNE_START)] if config["train"]["finetune_from"] else [],
     output:
         touch(TRAIN_LAYOUT.detach_flag),  # removed once the run succeeded: each `snakemake train` submits again
     log:

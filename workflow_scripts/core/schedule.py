@@ -210,9 +210,15 @@ def exit_duration_minutes(time_limit_minutes: float, save_minutes: float = 10) -
     return int(time_limit_minutes - save_minutes)
 
 
-def segments(train_iters: int, interval: int, spares: int = 0) -> int:
-    """Slurm jobs needed for a pack: ceil(train_iters / exit_interval), plus spares."""
-    return -(-train_iters // interval) + spares if train_iters else 0
+def segments(train_iters: int, interval: int, spares: int = 0, offset: int | None = None) -> int:
+    """Slurm jobs needed for a pack: ceil(train_iters / exit_interval), plus spares. With ``offset`` (the
+    pack's first global step) the exits fall on global multiples of the interval (Megatron-LM)."""
+    if not train_iters:
+        return 0
+    if offset is None:
+        return -(-train_iters // interval) + spares
+    stop = offset + train_iters
+    return (stop - 1) // interval - offset // interval + 1 + spares
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,7 @@ class Cadence:
     save_minutes: float = 10
     spare_segments: int = 0
     rounds: tuple[Round, ...] = ()
+    global_exits: bool = False  # Megatron-LM: exit_interval counts global iterations, not the pack's
 
     @classmethod
     def from_config(cls, train: dict[str, Any]) -> Cadence:
@@ -301,6 +308,7 @@ class Cadence:
             save_minutes=float(train["save_minutes"]),
             spare_segments=int(train["spare_segments"]),
             rounds=rounds,
+            global_exits=train.get("trainer") == "megatron",
         )
 
     def pack(self, offset: int, train_iters: int, factor: int | None = None) -> PackCadence:
@@ -319,7 +327,7 @@ class Cadence:
             checkpoint_factor=factor,
             extra_save_iters=extra,
             exit_interval=interval,
-            segments=segments(train_iters, interval, self.spare_segments),
+            segments=segments(train_iters, interval, self.spare_segments, offset if self.global_exits else None),
             hours=round(train_iters * self.seconds_per_iter / 3600, 3),
             saves=save_iterations(rounds, offset, stop),
         )

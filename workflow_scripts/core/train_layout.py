@@ -44,6 +44,7 @@ STATS = "stats.json"
 CONFIGS_CSV = "configs.csv"
 CONFIGS_MD = "configs.md"
 EVAL_JSONL = "eval.jsonl"
+FINETUNE_START = "finetune_start.json"
 # The records trainers leave, relative to the train folder: the Slurm segments, every run of them, their
 # curve (train_curve's loss.csv and evals.csv), and the reference trainer's curves and segments.
 RECORD_PATTERNS = (

@@ -188,6 +188,7 @@ def cadence_of(train: TrainSettings) -> schedule.Cadence:
         train.save_minutes,
         train.spare_segments,
         train.checkpoint_rounds,
+        global_exits=train.trainer == "megatron",
     )
 
 
@@ -247,6 +248,13 @@ def pack_keys(
     else:
         why = f"{train.checkpoint_hours:g} h between checkpoints at {train.seconds_per_iter:g} s/iter"
     keys.set("checkpoint_factor", cadence.checkpoint_factor, why)
+    if cadence.extra_save_iters and train.trainer == "megatron":
+        raise ConfigError(
+            f"train.checkpoint_rounds: pack {pack['name']} would save at {cadence.extra_save_iters[:5]}... "
+            "besides every checkpoint_factor, but Megatron-LM saves only at multiples of --save-interval "
+            "(it has no extra_save_iters, GPT-NeoX's key): give Megatron-LM one interval, or train with "
+            "trainer: neox"
+        )
     if cadence.extra_save_iters:
         keys.set("extra_save_iters", cadence.extra_save_iters, "the earlier checkpoint rounds")
     keys.set(

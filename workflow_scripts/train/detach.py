@@ -55,7 +55,7 @@ def cli(command: str, *args: str, **options: str | int | float | Sequence[str | 
     a list: the option's values)."""
     words = [sys.executable, "-m", "workflow_scripts", command]
     for name, value in options.items():
-        if value is None:
+        if value is None or value == "":
             continue
         values = [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
         words += [f"--{name.replace('_', '-')}", *values]

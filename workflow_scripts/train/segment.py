@@ -99,6 +99,8 @@ class PackKeys:
 
     def boundary(self, segment: int) -> int:
         """The global step segment ``segment`` trains to when nothing stops it early."""
+        if self.trainer == "megatron":  # exits at global multiples of exit_interval
+            return min(self.end, (self.offset // self.exit_interval + segment + 1) * self.exit_interval)
         return self.offset + min(self.train_iters, (segment + 1) * self.exit_interval)
 
 
@@ -169,10 +171,14 @@ def config_arguments(keys: PackKeys, record: Path, segment: int, start: str | No
         text = f.read()
     if keys.trainer == "neox":
         config = yaml.safe_load(text)
-        config["finetune"] = False
-        text = yaml.safe_dump(config, sort_keys=False, width=120)
+        if not config.get("finetune"):
+            return shlex.quote(keys.config)
+        text = yaml.safe_dump({**config, "finetune": False}, sort_keys=False, width=120)
     else:
-        text = "".join(line for line in text.splitlines(True) if line.strip() != "--finetune")
+        lines = text.splitlines(True)
+        if not any(line.strip() == "--finetune" for line in lines):
+            return shlex.quote(keys.config)
+        text = "".join(line for line in lines if line.strip() != "--finetune")
     off = Path(train_layout.finetune_off(str(record), segment, Path(keys.config).suffix))
     off.write_text(text, encoding="utf-8")
     return shlex.quote(str(off))

@@ -1,0 +1,163 @@
+"""Every config a segment hands its launch loads in the trainers' own argument code: GPT-NeoX's
+``NeoXArgs.from_ymls`` (upstream and the LUMI fork) and Megatron-LM's ``parse_args`` + ``validate_args``,
+from ``../shared/trainers``' pinned sources (the ``trainers`` fixture, tests/trainers.py).
+
+The configs are the workflow's own (the sample's trainer configs, rebuilt by Snakemake for each variant),
+and the file lists are the ones ``train-segment`` builds for each state of the checkpoint folder: the first
+segment, a resume, a spare segment, a fine-tune's start and the segments after its first save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.trainers import Trainers
+from tests.utils import Workflow
+from workflow_scripts.core import train_layout
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.train import checkpoint_dirs, finetune, lint, segment
+
+NEOXARGS = r"""
+import contextlib, io, json, sys
+from megatron.neox_arguments import NeoXArgs
+out = []
+for files in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()):
+        a = NeoXArgs.from_ymls(files, overwrite_values={"global_num_gpus": 1})
+    out.append({k: getattr(a, k, None) for k in
+                ("train_iters", "iteration_offset", "finetune", "keep_last_n_checkpoints", "train_batch_size",
+                 "checkpoint_factor", "exit_interval", "train_data_paths", "load")})
+print(json.dumps(out))
+"""
+MEGATRON = r"""
+import contextlib, io, json, os, shlex, sys
+from megatron.training import arguments
+arguments.get_device_arch_version = lambda: 9  # validate_args asks the GPU's architecture: none here
+out = []
+for path in json.loads(sys.argv[1]):
+    sys.argv = ["pretrain_gpt.py", *shlex.split(open(path).read(), comments=True)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        args = arguments.parse_args()
+        arguments.validate_args(args)
+    out.append({k: getattr(args, k, None) for k in
+                ("train_iters", "phase_transition_iterations", "finetune", "save_interval", "exit_interval",
+                 "exit_signal", "exit_signal_handler", "global_batch_size", "train_data_path", "load")})
+print(json.dumps(out))
+"""
+START = 100  # the fine-tuning runs' starting checkpoint
+CONFIG = ("--configfile", "config/sample.yaml", "variant.yaml")  # the sample, its train section changed
+
+
+@pytest.fixture(scope="module")
+def variants(sample_run: Workflow, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Workflow]:
+    """The sample's trainer configs, rebuilt by the workflow for each trainer, with and without a start."""
+    root = tmp_path_factory.mktemp("compat")
+    starts = {t: root / "start" / checkpoint_dirs.of(t).tag(START) for t in checkpoint_dirs.TRAINERS}
+    for path in starts.values():
+        path.mkdir(parents=True)
+    built = {}
+    for trainer, finetuned in [("neox", False), ("neox", True), ("megatron", False), ("megatron", True)]:
+        name = f"{trainer}{'-finetune' if finetuned else ''}"
+        wf = sample_run.clone(root / name)
+        base = "config/train/neox-sample.yml" if trainer == "neox" else "config/train/megatron-sample.args"
+        train = {
+            "trainer": trainer,
+            "base_config": base,
+            "finetune_from": str(starts[trainer]) if finetuned else None,
+        }
+        (wf.root / "variant.yaml").write_text(yaml.safe_dump({"train": train}))
+        wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", *CONFIG)
+        built[name] = wf
+    return built
+
+
+def launch_files(wf: Workflow) -> list[list[str]]:
+    """Every distinct ``{config}`` train-segment hands the launch, over the checkpoint folder's states."""
+    train = wf.root / "results" / "train"
+    config = yaml.safe_load((wf.root / "variant.yaml").read_text())["train"]
+    start = config["finetune_from"]
+    seen: dict[str, list[str]] = {}
+    for keys_file in sorted(train.glob(f"*/{train_layout.KEYS}")):
+        keys = segment.PackKeys.read(str(keys_file))
+        record = train / keys.pack / "segments" / "0.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        checkpoints = Path(keys.checkpoints)
+        layout = checkpoint_dirs.of(keys.trainer)
+        states = [None, keys.offset + 1, keys.end]  # first segment; a resume; the spare (pack finished)
+        for state in [*([START] if start else []), *states]:
+            (checkpoints / layout.tracker).unlink(missing_ok=True)
+            if state == START and start:
+                finetune.prepare(str(checkpoints), start, keys.trainer)
+            elif state is not None:
+                checkpoints.mkdir(parents=True, exist_ok=True)
+                layout.set_latest(str(checkpoints), state)
+            with contextlib.chdir(wf.root):  # the segments run there: the keys' paths are relative to it
+                files = [
+                    str(wf.root / f) for f in shlex.split(segment.config_arguments(keys, record, 0, start))
+                ]
+            seen[" ".join(files)] = files
+        (checkpoints / layout.tracker).unlink(missing_ok=True)
+    return list(seen.values())
+
+
+def upstream_copy(files: list[str], dest: Path) -> list[str]:
+    """The files without the LUMI fork's own keys (``iteration_offset``): upstream GPT-NeoX has none."""
+    fork_only = set(lint.trainer_keys("neox")["fork_only"])
+    out = []
+    for i, path in enumerate(files):
+        config = {k: v for k, v in yaml.safe_load(Path(path).read_text()).items() if k not in fork_only}
+        copy = dest / f"{i}-{Path(path).name}"
+        copy.write_text(yaml.safe_dump(config))
+        out.append(str(copy))
+    return out
+
+
+@pytest.mark.parametrize("variant", ["neox", "neox-finetune"])
+@pytest.mark.parametrize("tree", ["fork", "neox"])
+def test_every_gpt_neox_launch_loads_in_neoxargs(
+    variant: str, tree: str, variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
+) -> None:
+    lists = launch_files(variants[variant])
+    packs = sorted(p.parent.name for p in (variants[variant].root / "results" / "train").glob("*/keys.json"))
+    assert len(lists) == len(packs) + (variant == "neox-finetune")  # + the first pack's finetune-off copy
+    given = lists if tree == "fork" else [upstream_copy(f, tmp_path) for f in lists]  # neox: upstream
+    out = trainers.run(tree, ["-c", NEOXARGS, json.dumps(given)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    for files, args in zip(lists, loaded, strict=True):
+        assert len(files) == 1  # one file: NeoXArgs refuses a key given twice
+        config = yaml.safe_load(Path(files[0]).read_text())
+        assert args["train_iters"] == config["train_iters"] and args["load"] == config["load"]
+        assert args["keep_last_n_checkpoints"] is None  # retention is the workflow's
+        assert args["iteration_offset"] == (config["iteration_offset"] if tree == "fork" else None)
+        assert args["finetune"] == config.get("finetune", False)
+    if variant == "neox-finetune":
+        flags = [a["finetune"] for a in loaded]
+        assert flags.count(True) == 1 and flags.count(False) == len(flags) - 1
+
+
+@pytest.mark.parametrize("variant", ["megatron", "megatron-finetune"])
+def test_every_megatron_launch_parses_in_megatron_lm(
+    variant: str, variants: dict[str, Workflow], trainers: Trainers
+) -> None:
+    wf = variants[variant]
+    lists = launch_files(wf)
+    assert all(len(files) == 1 for files in lists)
+    out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([f[0] for f in lists])])
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    plan = read_json(wf.root / "results" / "plan.json")
+    boundaries = [p["iteration_offset"] for p in plan["packs"][1:]]  # Megatron's --finetune starts at 0
+    ends = {p["iteration_offset"] + p["train_iters"] for p in plan["packs"]}
+    for args in loaded:
+        assert args["train_iters"] in ends and args["phase_transition_iterations"] == boundaries
+        assert args["exit_signal_handler"] and args["exit_signal"] == 10  # SIGUSR1: what segments send
+        assert args["global_batch_size"] == plan["global_batch_size"]
+    if variant == "megatron-finetune":
+        assert sorted(a["finetune"] for a in loaded) == [False] * (len(loaded) - 1) + [True]
