@@ -327,7 +327,9 @@ class Cadence:
             checkpoint_factor=factor,
             extra_save_iters=extra,
             exit_interval=interval,
-            segments=segments(train_iters, interval, self.spare_segments, offset if self.global_exits else None),
+            segments=segments(
+                train_iters, interval, self.spare_segments, offset if self.global_exits else None
+            ),
             hours=round(train_iters * self.seconds_per_iter / 3600, 3),
             saves=save_iterations(rounds, offset, stop),
         )
