@@ -232,3 +232,100 @@ def test_detached_chain_is_submitted_once_and_resubmits_only_what_is_left(slurm_
     assert read_json(train / "stats.json")["last_step"] == 20
     final = wf.ok(*SLURM, "train", *DETACH)
     assert "11 jobs in the chain: 11 done, 0 still queued or running, 0 submitted" in final, tail(final)
+
+
+def reset_training(wf: Workflow) -> None:
+    """The training's outputs removed: the data and trainer configs stay."""
+    train = wf.root / "results" / "train"
+    for path in [
+        train / "checkpoints",
+        *(p for d in ("segments", "eval", "retention") for p in train.glob(f"*/{d}")),
+    ]:
+        shutil.rmtree(path, ignore_errors=True)
+    for path in [*train.glob("*/done.json"), train / "loss.csv"]:
+        path.unlink(missing_ok=True)
+
+
+@pytest.mark.slurm
+def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained_data, tmp_path):  # noqa: F811
+    """train.trainer: megatron: Megatron-LM arguments, iter_NNNNNNN checkpoints and their tracker, exits at
+    global multiples of exit_interval, a cancelled segment resumed, retention and evaluation per tag."""
+    wf = trained_data.clone(tmp_path / "wf")
+    reset_training(wf)
+    megatron = yaml.safe_load(CONFIG)["train"] | {
+        "trainer": "megatron",
+        "base_config": "config/train/megatron-sample.args",
+    }
+    (wf.root / "megatron.yaml").write_text(yaml.safe_dump({"train": megatron}))
+    args = (*ARGS, "megatron.yaml")
+    root, train = wf.root, wf.root / "results" / "train"
+    cmd = [
+        "timeout",
+        "-s",
+        "KILL",
+        str(SNAKEMAKE_TIMEOUT_S),
+        sys.executable,
+        "-m",
+        "snakemake",
+        *SLURM,
+        "train",
+    ]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    first = subprocess.Popen([*cmd, *args], cwd=root, env=snakemake_env(), **pipe)
+    log = root / "logs" / "train" / "main_1" / "segment_0.log"
+    wait_for(lambda: log.exists() and "iteration        9/" in log.read_text(), 600, "main_1 segment 0 at 9")
+    frozen = trainer_pids(root, "main_1.args")
+    assert frozen, "no trainer process of main_1 found"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    job = queued("rule_train_segment_wildcards_main_1_0")["rule_train_segment_wildcards_main_1_0"]["id"]
+    subprocess.run(["scancel", job], check=True)
+    out, _ = first.communicate(timeout=SNAKEMAKE_TIMEOUT_S)
+    assert first.returncode != 0, tail(out)
+    # Megatron-LM saves on its --exit-signal (SIGUSR1) only: scancel's SIGTERM stops it unsaved, as it would
+    tracker = train / "checkpoints" / "latest_checkpointed_iteration.txt"
+    assert tracker.read_text().strip() == "8" and not (train / "checkpoints" / "latest").exists()
+
+    wf.ok(*SLURM, "train", *args, timeout_s=SNAKEMAKE_TIMEOUT_S)
+    records = [read_json(train / "main_1" / "segments" / f"{k}.json") for k in range(3)]
+    assert [(r["first_step"], r["last_step"]) for r in records] == [(8, 12), (12, 20), (20, 20)]
+    assert records[0]["checkpoint"] == "iter_0000012" and records[0]["trainer"] == "megatron"
+    assert tracker.read_text().strip() == "20"
+    assert read_json(train / "main_1" / "done.json")["checkpoint"] == "iter_0000020"
+    kept = sorted(p.name for p in (train / "checkpoints").iterdir() if p.name.startswith("iter_"))
+    assert kept == ["iter_0000004", "iter_0000020"], kept  # keep_last 1 + the pack ends
+    evals = (train / "evals.csv").read_text().splitlines()
+    assert {line.split(",")[2] for line in evals[1:]} == {"iter_0000004", "iter_0000012", "iter_0000020"}
+    status = json.loads(snakepack(wf, "status", "--json"))
+    assert status["run"]["latest"] == "iter_0000020" and {p["state"] for p in status["packs"]} == {"done"}
+    assert "Nothing to be done" in wf.ok(*SLURM, "-n", "train", *args)
+
+
+def test_a_fine_tune_trains_two_packs_from_a_start_checkpoint(trained_data, tmp_path):
+    """train.finetune_from: the DAG links the start and points `latest` at it; the first segment loads its
+    weights (finetune: true), every later one gets one config with finetune: false, and the reference
+    trainer (as strict as NeoXArgs: one file, no repeated key) trains both packs to the plan's end."""
+    wf = trained_data.clone(tmp_path / "wf")
+    reset_training(wf)
+    train = wf.root / "results" / "train"
+    warmup = yaml.safe_load((train / "warmup_0" / "warmup_0.yml").read_text())
+    start_dir = tmp_path / "pretrained"
+    warmup |= {"save": str(start_dir), "load": str(start_dir)}
+    (tmp_path / "pretrain.yml").write_text(yaml.safe_dump(warmup))
+    snakepack(wf, "train-reference", "--config", str(tmp_path / "pretrain.yml"))
+    start = start_dir / "global_step4"
+    assert start.is_dir()
+    config = yaml.safe_load(CONFIG)["train"] | {"finetune_from": str(start), "eval_launch": None}
+    (wf.root / "finetune.yaml").write_text(yaml.safe_dump({"train": config}))
+    args = (*ARGS, "finetune.yaml")
+    wf.ok("--profile", "profiles/local", "--cores", "2", "train", *args, timeout_s=SNAKEMAKE_TIMEOUT_S)
+    ckpt = train / "checkpoints"
+    assert (ckpt / "global_step4").is_symlink() and (ckpt / "latest").read_text().strip() == "global_step24"
+    assert read_json(train / "warmup_0" / "done.json")["first_step"] == 4
+    assert read_json(train / "main_1" / "done.json")["last_step"] == 24
+    first = (wf.root / "logs" / "train" / "warmup_0" / "segment_0.log").read_text()
+    assert "finetune: weights of global_step4, fresh optimizer" in first
+    later = (wf.root / "logs" / "train" / "main_1" / "segment_0.log").read_text()
+    assert "resumed from global_step8" in later and ".finetune-off" not in later  # main_1 has no finetune key
+    again = wf.run("--profile", "profiles/local", "--cores", "2", "-n", "train", *args)
+    assert "Nothing to be done" in again.output, tail(again.output)
