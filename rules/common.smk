@@ -21,6 +21,7 @@ from workflow_scripts.dedup.settings import DedupSettings, pair_files
 from workflow_scripts.report import layout as report_layout
 from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 from workflow_scripts.train.chain import Chain, ChainError, Pack
+from workflow_scripts.train import job_request
 from workflow_scripts.train.settings import TrainSettings, trained_keys
 
 use_this_interpreter(workflow.basedir)

@@ -71,6 +71,9 @@ rule train_segment:
     resources:
         runtime=math.ceil(config["train"]["time_limit_minutes"]),
         nodes=config["train"]["nodes"],
+        tasks_per_node=config["train"]["gpus_per_node"],
+        cpus_per_task=config["train"]["cpus_per_task"] or 1,
+        slurm_extra=job_request.slurm_extra(TrainSettings.from_config(config["train"])),
         estimate_s=lambda wildcards: pack_summary(wildcards.pack).estimate_s(),
         attempt=lambda wildcards, attempt: attempt,
     params:
@@ -112,6 +115,11 @@ rule train_eval:
         record=TRAIN_LAYOUT.record("{pack}", "{segment}"),
     output:
         TRAIN_LAYOUT.evaluation("{pack}", "{segment}"),
+    resources:
+        nodes=1,
+        tasks_per_node=config["train"]["gpus_per_node"],
+        cpus_per_task=config["train"]["cpus_per_task"] or 1,
+        slurm_extra=job_request.slurm_extra(TrainSettings.from_config(config["train"])),
     log:
         TRAIN_LAYOUT.step_log("{pack}", "eval", "{segment}"),
     params:

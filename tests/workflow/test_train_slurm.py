@@ -109,22 +109,44 @@ def queued(prefix: str) -> dict[str, dict[str, str]]:
     return jobs
 
 
-def test_lumi_profile_plans_gpu_segments_with_its_resources(trained_data):
+@pytest.mark.slurm
+def test_a_two_node_lumi_segment_asks_slurm_for_whole_gpu_nodes(slurm_cluster, trained_data, tmp_path):  # noqa: F811
+    """The sbatch call the Slurm plugin makes (its --verbose output) for a 2-node segment with
+    config/train/lumi-neox.yaml and profiles/lumi: every flag from the train settings, none from a copy."""
+    wf = trained_data.clone(tmp_path / "wf")
+    lumi = yaml.safe_load((wf.root / "config" / "train" / "lumi-neox.yaml").read_text())
+    base = yaml.safe_load((wf.root / "config" / "train" / "neox-sample.yml").read_text())
+    base |= {"model_parallel_size": 2, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
+    (wf.root / "base-tp2.yml").write_text(yaml.safe_dump(base))  # 8 = 1 x 1 x (2 nodes x 8 GPUs / TP 2)
+    lumi["train"] |= {"nodes": 2, "base_config": "base-tp2.yml", "segment_retries": 0}
+    (wf.root / "lumi.yaml").write_text(yaml.safe_dump(lumi))
     env = snakemake_env() | {"SNAKEPACK_SLURM_ACCOUNT": "project_465000000"}
-    proc = trained_data.run("--profile", "profiles/lumi", "-n", "train", *ARGS, env=env, timeout_s=300)
-    assert proc.returncode == 0, tail(proc.output)
-    segments = [b for b in proc.output.split("\n\n") if "rule train_segment:" in b]
-    assert len(segments) == 5, tail(proc.output)  # warmup 1 + 1 spare, main 2 + 1 spare
-    for block in segments:
-        for resource in (
-            "slurm_partition=standard-g",
-            "gpu=8",
-            "tasks_per_node=8",
-            "mpi=srun",
-            "nodes=1",
-        ):
-            assert resource in block, block
-        assert "slurm_account=project_465000000" in block and "--signal=USR1@600" in block, block
+    args = ("--profile", "profiles/lumi", "--verbose", "train", *ARGS, "lumi.yaml")
+    proc = wf.run(*args, env=env, timeout_s=300)
+    calls = [
+        line
+        for line in proc.output.splitlines()
+        if line.startswith("sbatch call:") and "train_segment" in line
+    ]
+    assert calls, tail(
+        proc.output
+    )  # the test cluster has one node and no GPU: sbatch refuses it, after the call
+    flags = calls[0].split(" --wrap=")[0].split()
+    for flag in [
+        "--nodes=2",
+        "--ntasks-per-node=8",  # one rank per GPU
+        "--cpus-per-task=7",
+        "--gpus-per-node=mi250:8",  # per node, with LUMI's GPU type (not --gpus=8 for the whole job)
+        "--signal=USR1@600",  # train.save_minutes before the time limit
+        "--exclusive=user",
+        "--hint=nomultithread",
+    ]:
+        assert flag in flags, (flag, calls[0])
+    assert flags[flags.index("-t") + 1] == "2880" and flags[flags.index("-p") + 1] == "standard-g"
+    assert flags[flags.index("-A") + 1] == "project_465000000" and not any(
+        f.startswith("--mem") for f in flags
+    )
+    assert not any(f.startswith("--gpus=") for f in flags)
 
 
 @pytest.mark.slurm
@@ -203,15 +225,7 @@ def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster,
 def test_detached_chain_is_submitted_once_and_resubmits_only_what_is_left(slurm_cluster, trained_data):  # noqa: F811
     wf = trained_data
     train = wf.root / "results" / "train"
-    for path in [
-        train / "checkpoints",
-        *train.glob("*/segments"),
-        *train.glob("*/eval"),
-        *train.glob("*/retention"),
-    ]:
-        shutil.rmtree(path)
-    for path in [*train.glob("*/done.json"), train / "loss.csv"]:
-        path.unlink(missing_ok=True)  # the chain test may have failed before its end
+    reset_training(wf)  # the chain test's run, or what is left of it
     first = wf.ok(*SLURM, "train", *DETACH)
     assert "11 jobs in the chain: 0 done, 0 still queued or running, 11 submitted" in first, tail(first)
     ids = read_json(train / "detach" / "chain.json")["jobs"]

@@ -33,7 +33,7 @@ from pathlib import Path
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.core.train_layout import LOSS_CSV, TrainLayout
-from workflow_scripts.train import slurm
+from workflow_scripts.train import job_request, slurm
 from workflow_scripts.train.chain import Chain, Pack, Segment
 from workflow_scripts.train.settings import TrainSettings
 
@@ -112,7 +112,7 @@ def sbatch(unit: Unit, ids: dict[str, str], train: TrainSettings, wait_for: Sequ
         "sbatch", "--parsable", f"--job-name=snakepack-{unit.name.replace('/', '-')}",
         f"--time={math.ceil(train.time_limit_minutes)}", f"--output={unit.log}.slurm-%j.out",
         "--open-mode=append", f"--comment=snakepack_{unit.name}",
-        *([f"--dependency={','.join(deps)}"] if deps else []), *train.sbatch,
+        *([f"--dependency={','.join(deps)}"] if deps else []), *job_request.sbatch_flags(train),
         f"--wrap={unit.command} >> {shlex.quote(unit.log)} 2>&1",
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

@@ -10,7 +10,18 @@ from workflow_scripts.core.settings import from_config, setting
 
 # How the training runs (commands, retries, detach, status), not what it trains: changing these reruns no
 # plan and no trainer config.
-RUN_KEYS = ("launch", "eval_launch", "evaluate_sft", "segment_retries", "stall_minutes", "detach", "sbatch")
+RUN_KEYS = (
+    "launch",
+    "eval_launch",
+    "evaluate_sft",
+    "segment_retries",
+    "stall_minutes",
+    "detach",
+    "sbatch",
+    "request_gpus",
+    "gpu_type",
+    "cpus_per_task",
+)
 
 
 def trained_keys(section: dict[str, Any]) -> dict[str, Any]:
@@ -27,6 +38,9 @@ class TrainSettings:
     checkpoints_dir: str | None = setting("train", "checkpoints_dir")
     nodes: int = setting("train", "nodes")
     gpus_per_node: int = setting("train", "gpus_per_node")
+    request_gpus: bool = setting("train", "request_gpus")
+    gpu_type: str | None = setting("train", "gpu_type")
+    cpus_per_task: int | None = setting("train", "cpus_per_task")
     seconds_per_iter: float = setting("train", "seconds_per_iter")
     checkpoint_hours: float = setting("train", "checkpoint_hours")
     time_limit_minutes: float = setting("train", "time_limit_minutes")
