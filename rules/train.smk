@@ -124,11 +124,12 @@ rule train_eval:
         TRAIN_LAYOUT.step_log("{pack}", "eval", "{segment}"),
     params:
         launch=lambda wildcards: config["train"]["eval_launch"] or "",
+        every=config["train"]["eval_every"],
     conda:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts train-eval --keys {input.pack_keys:q} --record {input.record:q} --out {output:q}"
-        " --launch {params.launch:q} > {log:q} 2>&1"
+        " --launch {params.launch:q} --every {params.every} > {log:q} 2>&1"
 
 
 rule train_prune:

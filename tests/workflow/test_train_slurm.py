@@ -263,12 +263,13 @@ def reset_training(wf: Workflow) -> None:
 @pytest.mark.slurm
 def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained_data, tmp_path):  # noqa: F811
     """train.trainer: megatron: Megatron-LM arguments, iter_NNNNNNN checkpoints and their tracker, exits at
-    global multiples of exit_interval, a cancelled segment resumed, retention and evaluation per tag."""
+    global multiples of exit_interval, a cancelled segment resumed, retention, every checkpoint evaluated."""
     wf = trained_data.clone(tmp_path / "wf")
     reset_training(wf)
     megatron = yaml.safe_load(CONFIG)["train"] | {
         "trainer": "megatron",
         "base_config": "config/train/megatron-sample.args",
+        "eval_every": "checkpoint",
     }
     (wf.root / "megatron.yaml").write_text(yaml.safe_dump({"train": megatron}))
     args = (*ARGS, "megatron.yaml")
@@ -309,7 +310,8 @@ def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained
     kept = sorted(p.name for p in (train / "checkpoints").iterdir() if p.name.startswith("iter_"))
     assert kept == ["iter_0000004", "iter_0000020"], kept  # keep_last 1 + the pack ends
     evals = (train / "evals.csv").read_text().splitlines()
-    assert {line.split(",")[2] for line in evals[1:]} == {"iter_0000004", "iter_0000012", "iter_0000020"}
+    evaluated = [line.split(",")[2] for line in evals[1:] if "no new checkpoint" not in line]
+    assert evaluated == ["iter_0000004", "iter_0000012", "iter_0000016", "iter_0000020"]  # every checkpoint
     status = json.loads(snakepack(wf, "status", "--json"))
     assert status["run"]["latest"] == "iter_0000020" and {p["state"] for p in status["packs"]} == {"done"}
     assert "Nothing to be done" in wf.ok(*SLURM, "-n", "train", *args)

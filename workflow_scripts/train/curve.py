@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out_dir)
     records = [read_json(p) for p in args.segments]
     runs = [attempts(path, record) for path, record in zip(args.segments, records, strict=True)]
-    evals = sorted((read_json(p) for p in args.evals), key=lambda e: (e["iteration"], e["pack"]))
+    files = [read_json(p) for p in args.evals]  # a segment's: one row per checkpoint it evaluated
+    rows = [row for e in files for row in e.get("evaluations", [e])]
+    evals = sorted(rows, key=lambda e: (e["iteration"], e["pack"]))
     losses = loss_rows([run for segment_runs in runs for run in segment_runs])
     write_csv(out / train_layout.LOSS_CSV, ("iteration", "pack", "segment", "loss"), losses)
     write_csv(out / train_layout.EVALS_CSV, EVAL_COLUMNS, evals)

@@ -80,7 +80,8 @@ def chain(
             unit_name(s, "segment"), train_segment, s.record, layout.step_log(pack, "segment", s.k), previous
         )
         steps = [
-            cli("train-eval", keys=keys, record=s.record, out=s.evaluation, launch=train.eval_launch)
+            cli("train-eval", keys=keys, record=s.record, out=s.evaluation, launch=train.eval_launch,
+                every=train.eval_every)
             if s.evaluation else "",
             cli("train-prune", record=s.record, keep_last=train.keep_last, milestones=train.milestones,
                 protect=run.protected, out=s.retention),

@@ -13,6 +13,7 @@ from workflow_scripts.core.settings import from_config, setting
 RUN_KEYS = (
     "launch",
     "eval_launch",
+    "eval_every",
     "evaluate_sft",
     "segment_retries",
     "stall_minutes",
@@ -60,6 +61,7 @@ class TrainSettings:
     sft_env: dict[str, str] = setting("train", "sft_env")
     launch: str = setting("train", "launch")
     eval_launch: str | None = setting("train", "eval_launch")
+    eval_every: str = setting("train", "eval_every")
     evaluate_sft: bool = setting("train", "evaluate_sft")
     segment_retries: int = setting("train", "segment_retries")
     stall_minutes: float = setting("train", "stall_minutes")
