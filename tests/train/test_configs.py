@@ -206,3 +206,34 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
     assert not any(x.startswith(("--iteration-offset", "--warmup", "--keep-last")) for x in lines)
     with pytest.raises(configs.ConfigError, match="Megatron-LM's GPTSentencePieceTokenizer takes EOD"):
         write_u1(2)
+
+
+SEED_004_ROUNDS = [{"interval": 10, "until": 100}, {"interval": 18, "until": 1000}, {"interval": 1500}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "rounds", "named"),
+    [
+        ("--rampup-batch-size 16 16 5000000", (), "--rampup-batch-size"),
+        ("--train-samples 300000000", (), "--train-samples"),
+        ("--lr-warmup-samples 216320 --lr-decay-samples 126953125", (), "--lr-warmup-samples"),
+        ("", SEED_004_ROUNDS, "train.checkpoint_rounds"),
+    ],
+)
+def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
+    tmp_path: Path, model: Path, extra: str, rounds: list, named: str
+) -> None:
+    """Seed 004 (Megatron-LM): batch ramp-up over samples, LR warmup and decay in samples, three checkpoint
+    rounds. Packs need a fixed batch and --train-iters; Megatron-LM saves at one interval only."""
+    base = tmp_path / "base.args"
+    base.write_text(
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192 --global-batch-size 576\n"
+        f"--micro-batch-size 3 --tensor-model-parallel-size 2 --lr 1e-4 {extra}\n"
+    )
+    train = {**SEED_000, "trainer": "megatron", "base_config": str(base), "checkpoint_rounds": rounds}
+    train["phase_overrides"] = {}
+    with pytest.raises(configs.ConfigError, match=named):
+        configs.write_pack_config(
+            plan(tmp_path / "merged"), signature(3), "warmup_0", str(base), TrainSettings.from_config(train),
+            str(model), str(tmp_path / "train"), "/scratch/ckpt", 1,
+        )  # fmt: skip

@@ -161,3 +161,18 @@ def test_every_megatron_launch_parses_in_megatron_lm(
         assert args["global_batch_size"] == plan["global_batch_size"]
     if variant == "megatron-finetune":
         assert sorted(a["finetune"] for a in loaded) == [False] * (len(loaded) - 1) + [True]
+
+
+def test_megatron_lm_itself_refuses_what_the_workflow_refuses(trainers: Trainers, tmp_path: Path) -> None:
+    """The refusal of seed 004's sample counts beside --train-iters mirrors Megatron-LM's own validate_args
+    (its ramp-up is refused for another reason: phase transitions need a fixed global batch size)."""
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128"
+    base += " --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 16 --lr 1e-4"
+    base += " --train-iters 100"
+    paths = []
+    for i, extra in enumerate(["--train-samples 3000", "--lr-warmup-samples 200", "--lr-decay-samples 900"]):
+        paths.append(tmp_path / f"{i}.args")
+        paths[-1].write_text(f"{base} {extra}\n")
+    for path in paths:
+        out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([str(path)])])
+        assert out.returncode != 0 and "AssertionError" in out.stderr, (path.read_text(), out.stderr[-2000:])

@@ -19,6 +19,11 @@ from typing import Any
 
 KEYS_DIR = Path(__file__).with_name("trainer_keys")
 RAMPUP = ("rampup_batch_size", "step_batch_size_schedule")
+SAMPLE_BASED = (
+    "train_samples",
+    "lr_warmup_samples",
+    "lr_decay_samples",
+)  # Megatron-LM: not with --train-iters
 HINTS = {
     "ffn_hidden_size": "GPT-NeoX calls the MLP width intermediate_size",
     "global_batch_size": "GPT-NeoX calls it train_batch_size",
@@ -107,6 +112,13 @@ def lint_megatron(config: dict[str, Any]) -> Findings:
             continue
         if key not in spec["keys"]:
             found.errors.append(f"{key}: not a Megatron-LM argument{_close(key, spec['keys'])}")
+            continue
+        if key in SAMPLE_BASED:
+            found.errors.append(
+                f"{spec['keys'][key]['flags'][0]}: the workflow sets --train-iters from the plan, and "
+                "Megatron-LM's validate_args refuses sample counts beside it: give the LR schedule in "
+                "iterations (--lr-warmup-iters, --lr-decay-iters) or as --lr-warmup-fraction"
+            )
             continue
         if key in RAMPUP:
             found.errors.append(
