@@ -1,13 +1,14 @@
-"""A small, real reference trainer (torch + DeepSpeed) for the per-pack GPT-NeoX configs.
+"""A small, real reference trainer (torch + DeepSpeed) for the per-pack GPT-NeoX and Megatron-LM configs.
 
 ``snakepack train-reference --config results/train/{pack}/{pack}.yml`` trains a decoder-only GPT of the
 config's size on the config's merged pack exactly as a GPT-NeoX job reads it (GPT-NeoX's packed sample
 index, cached beside the pack under GPT-NeoX's file names; the LUMI fork's ``k_bin_packed`` for SFT), with
 the config's batch, ``train_iters``, ``iteration_offset``, LR schedule, checkpoint cadence and exits, and
-DeepSpeed checkpoints in GPT-NeoX's layout (``global_stepN`` tags and ``latest``). It refuses a
-``train_iters`` that would read a pretraining pack twice. Modules:
+DeepSpeed checkpoints in the config's trainer's layout (``global_stepN`` + ``latest``, or Megatron-LM's
+``iter_NNNNNNN`` + ``latest_checkpointed_iteration.txt``). It is as strict as the trainers: duplicate and
+unknown keys are refused. It refuses a ``train_iters`` that would read a pretraining pack twice. Modules:
 
-- ``config``: the YAML config, the keys implemented and the ones listed as not implemented,
+- ``config``: the YAML config or Megatron-LM arguments, the keys implemented and the ones not,
 - ``data``: GPT-NeoX's index mappings (doc, sample, shuffle) and the datasets over the ``.bin`` memmap,
 - ``masks``: SFT loss masking outside assistant spans and per-document attention (the LUMI fork's switches),
 - ``model``: the GPT in plain torch,
