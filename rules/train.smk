@@ -94,6 +94,7 @@ rule train_finetune_start:
     the trainer's tracker naming it (refused where the run has a checkpoint of its own of that name)."""
     input:
         start=config["train"]["finetune_from"] or [],
+        pack_keys=lambda wildcards: [p.keys for p in train_chain().packs],  # the plan's end, for the check
     output:
         TRAIN_LAYOUT.file(train_layout.FINETUNE_START),
     log:
@@ -102,11 +103,12 @@ rule train_finetune_start:
     params:
         checkpoints=CHECKPOINTS,
         trainer=config["train"]["trainer"],
+        last_step=lambda wildcards: train_chain().packs[-1].end,
     conda:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts finetune-start --checkpoints {params.checkpoints:q} --start {input.start:q}"
-        " --trainer {params.trainer} --out {output:q} > {log:q} 2>&1"
+        " --trainer {params.trainer} --last-step {params.last_step} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_eval:

@@ -213,3 +213,35 @@ def shard_records(out: Path) -> list[dict[str, Any]]:
         with open_binary(path) as fh:
             records += [orjson.loads(line) for line in fh]
     return records
+
+
+def sft_config(raw: Path) -> dict[str, Any]:
+    """A config of 300 chats with seed 003's markers (and one plain text, a reject) written into ``raw``:
+    SFT mode, one mixture, one phase."""
+    import random
+
+    from faker import Faker
+
+    fake, rng = Faker("en_US"), random.Random(4)
+    fake.seed_instance(4)
+    raw.mkdir(parents=True)
+    lines = [
+        {
+            "id": f"chat-{i}",
+            "text": f"<<<|user|>>>{fake.sentence(nb_words=rng.randint(5, 15))}<<<|user|>>>"
+            f"<<<|assistant|>>>{fake.paragraph(nb_sentences=rng.randint(2, 5))}<<<|assistant|>>>",
+        }
+        for i in range(300)
+    ]
+    lines.append({"id": "plain", "text": fake.paragraph(nb_sentences=4)})  # no marker: a reject in SFT mode
+    write_jsonl(raw / "en_sft_chat_part-00001.jsonl", lines)
+    return {
+        "sample": {"enabled": False},
+        "sources": [
+            {"name": "sft", "paths": [f"{raw}/*.jsonl"], "lang": "en", "domain": "sft", "subdomain": "chat"}
+        ],
+        "tokenizer": {"vocab_size": 2000},
+        "tokenize": {"mode": "sft"},
+        "mixtures": {"chat": {}},
+        "datapacks": {"phases": [{"name": "sft", "tokens": 10000, "mixture": "chat"}]},
+    }

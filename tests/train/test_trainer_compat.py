@@ -4,7 +4,7 @@ from ``../shared/trainers``' pinned sources (the ``trainers`` fixture, tests/tra
 
 The configs are the workflow's own (the sample's trainer configs, rebuilt by Snakemake for each variant),
 and the file lists are the ones ``train-segment`` builds for each state of the checkpoint folder: the first
-segment, a resume, a spare segment, a fine-tune's start and the segments after its first save.
+segment, a resume, a spare segment, a fine-tune's start and the segments after its first save; and SFT's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.trainers import Trainers
-from tests.utils import Workflow
+from tests.utils import Workflow, sft_config
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train import checkpoint_dirs, finetune, lint, segment
@@ -77,11 +77,24 @@ def variants(sample_run: Workflow, tmp_path_factory: pytest.TempPathFactory) -> 
     return built
 
 
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+    """SFT chats (seed 003's markers) through the workflow to their trainer configs (k_bin_packed)."""
+    root = tmp_path_factory.mktemp("compat-sft")
+    wf = Workflow(root / "wf")
+    config = sft_config(root / "raw") | {
+        "training": {"seq_length": 512, "global_batch_size": 8},
+        "train": {"base_config": "config/train/neox-sample.yml", "nodes": 1, "gpus_per_node": 1},
+    }
+    (wf.root / "variant.yaml").write_text(yaml.safe_dump(config))
+    wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", "--configfile", "variant.yaml")
+    return wf
+
+
 def launch_files(wf: Workflow) -> list[list[str]]:
     """Every distinct ``{config}`` train-segment hands the launch, over the checkpoint folder's states."""
     train = wf.root / "results" / "train"
-    config = yaml.safe_load((wf.root / "variant.yaml").read_text())["train"]
-    start = config["finetune_from"]
+    start = yaml.safe_load((wf.root / "variant.yaml").read_text())["train"].get("finetune_from")
     seen: dict[str, list[str]] = {}
     for keys_file in sorted(train.glob(f"*/{train_layout.KEYS}")):
         keys = segment.PackKeys.read(str(keys_file))
@@ -118,13 +131,26 @@ def upstream_copy(files: list[str], dest: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("variant", ["neox", "neox-finetune"])
-@pytest.mark.parametrize("tree", ["fork", "neox"])
+@pytest.mark.parametrize(
+    ("variant", "tree"),
+    [
+        ("neox", "fork"),
+        ("neox", "neox"),
+        ("neox-finetune", "fork"),
+        ("neox-finetune", "neox"),
+        ("sft", "fork"),
+    ],
+)  # tree neox: upstream GPT-NeoX; SFT's k_bin_packed is the LUMI fork's
 def test_every_gpt_neox_launch_loads_in_neoxargs(
-    variant: str, tree: str, variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
+    variant: str, tree: str, request: pytest.FixtureRequest, trainers: Trainers, tmp_path: Path
 ) -> None:
-    lists = launch_files(variants[variant])
-    packs = sorted(p.parent.name for p in (variants[variant].root / "results" / "train").glob("*/keys.json"))
+    wf = (
+        request.getfixturevalue("sft_run")
+        if variant == "sft"
+        else request.getfixturevalue("variants")[variant]
+    )
+    lists = launch_files(wf)
+    packs = sorted(p.parent.name for p in (wf.root / "results" / "train").glob("*/keys.json"))
     assert len(lists) == len(packs) + (variant == "neox-finetune")  # + the first pack's finetune-off copy
     given = lists if tree == "fork" else [upstream_copy(f, tmp_path) for f in lists]  # neox: upstream
     out = trainers.run(tree, ["-c", NEOXARGS, json.dumps(given)])
@@ -137,6 +163,8 @@ def test_every_gpt_neox_launch_loads_in_neoxargs(
         assert args["keep_last_n_checkpoints"] is None  # retention is the workflow's
         assert args["iteration_offset"] == (config["iteration_offset"] if tree == "fork" else None)
         assert args["finetune"] == config.get("finetune", False)
+    if variant == "sft":
+        assert {yaml.safe_load(Path(f[0]).read_text())["pack_impl"] for f in lists} == {"k_bin_packed"}
     if variant == "neox-finetune":
         flags = [a["finetune"] for a in loaded]
         assert flags.count(True) == 1 and flags.count(False) == len(flags) - 1

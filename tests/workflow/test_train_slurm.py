@@ -23,6 +23,7 @@ import yaml
 from tests.utils import Workflow, snakemake_env, tail
 from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.train import checkpoint_dirs
 
 # exit_interval 12 at a 2 s/iter guess (checkpoint_factor 4): main trains in two segments and one spare
 CONFIG = """
@@ -81,6 +82,13 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def start_training(wf: Workflow, *configs: str) -> subprocess.Popen:
+    """``snakemake train`` through the local Slurm, in the background (its output piped)."""
+    cmd = ["timeout", "-s", "KILL", str(SNAKEMAKE_TIMEOUT_S), sys.executable, "-m", "snakemake", *SLURM]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    return subprocess.Popen([*cmd, "train", *configs], cwd=wf.root, env=snakemake_env(), **pipe)
 
 
 def trainer_pids(root: Path, config: str) -> list[int]:
@@ -157,20 +165,7 @@ def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster,
     assert "train_segment" in dry and "estimate_s=" in dry and "slurm_partition=debug" in dry
     assert not (train / "checkpoints").exists()  # a dry run (and the data run) trained nothing
 
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        str(SNAKEMAKE_TIMEOUT_S),
-        sys.executable,
-        "-m",
-        "snakemake",
-        *SLURM,
-        "train",
-        *ARGS,
-    ]
-    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    first = subprocess.Popen(cmd, cwd=root, env=snakemake_env(), **pipe)
+    first = start_training(wf, *ARGS)
     log = root / "logs" / "train" / "main_1" / "segment_0.log"
     wait_for(
         lambda: log.exists() and "iteration        6/" in log.read_text(), 600, "main_1 segment 0 training"
@@ -274,19 +269,7 @@ def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained
     (wf.root / "megatron.yaml").write_text(yaml.safe_dump({"train": megatron}))
     args = (*ARGS, "megatron.yaml")
     root, train = wf.root, wf.root / "results" / "train"
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        str(SNAKEMAKE_TIMEOUT_S),
-        sys.executable,
-        "-m",
-        "snakemake",
-        *SLURM,
-        "train",
-    ]
-    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    first = subprocess.Popen([*cmd, *args], cwd=root, env=snakemake_env(), **pipe)
+    first = start_training(wf, *args)
     log = root / "logs" / "train" / "main_1" / "segment_0.log"
     wait_for(lambda: log.exists() and "iteration        9/" in log.read_text(), 600, "main_1 segment 0 at 9")
     frozen = trainer_pids(root, "main_1.args")
@@ -317,10 +300,11 @@ def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained
     assert "Nothing to be done" in wf.ok(*SLURM, "-n", "train", *args)
 
 
-def test_a_fine_tune_trains_two_packs_from_a_start_checkpoint(trained_data, tmp_path):
-    """train.finetune_from: the DAG links the start and points `latest` at it; the first segment loads its
-    weights (finetune: true), every later one gets one config with finetune: false, and the reference
-    trainer (as strict as NeoXArgs: one file, no repeated key) trains both packs to the plan's end."""
+@pytest.mark.parametrize("trainer", ["neox", "megatron"])
+def test_a_fine_tune_trains_two_packs_from_a_start_checkpoint(trained_data, tmp_path, trainer):
+    """train.finetune_from: the DAG links the start and points the tracker at it; the first segment loads
+    its weights (finetune), every later one gets one config with finetune off, and the reference trainer
+    (as strict as NeoXArgs and Megatron-LM's parser) trains both packs to the plan's end."""
     wf = trained_data.clone(tmp_path / "wf")
     reset_training(wf)
     train = wf.root / "results" / "train"
@@ -328,20 +312,32 @@ def test_a_fine_tune_trains_two_packs_from_a_start_checkpoint(trained_data, tmp_
     start_dir = tmp_path / "pretrained"
     warmup |= {"save": str(start_dir), "load": str(start_dir)}
     (tmp_path / "pretrain.yml").write_text(yaml.safe_dump(warmup))
-    snakepack(wf, "train-reference", "--config", str(tmp_path / "pretrain.yml"))
+    snakepack(wf, "train-reference", "--config", str(tmp_path / "pretrain.yml"))  # the same GPT as both bases
     start = start_dir / "global_step4"
-    assert start.is_dir()
     config = yaml.safe_load(CONFIG)["train"] | {"finetune_from": str(start), "eval_launch": None}
+    if trainer == "megatron":
+        config |= {"trainer": "megatron", "base_config": "config/train/megatron-sample.args"}
+        clash = shutil.copytree(start, start_dir / "iter_0000004")  # the run saves iteration 4 itself
+        (wf.root / "finetune.yaml").write_text(
+            yaml.safe_dump({"train": config | {"finetune_from": str(clash)}})
+        )
+        refused = wf.run("--profile", "profiles/local", "--cores", "2", "train", *ARGS, "finetune.yaml")
+        assert refused.returncode != 0 and "restarts the iteration count at 0" in refused.output
+        start = shutil.copytree(start, start_dir / "iter_0000100")
+        config["finetune_from"] = str(start)
     (wf.root / "finetune.yaml").write_text(yaml.safe_dump({"train": config}))
     args = (*ARGS, "finetune.yaml")
     wf.ok("--profile", "profiles/local", "--cores", "2", "train", *args, timeout_s=SNAKEMAKE_TIMEOUT_S)
-    ckpt = train / "checkpoints"
-    assert (ckpt / "global_step4").is_symlink() and (ckpt / "latest").read_text().strip() == "global_step24"
-    assert read_json(train / "warmup_0" / "done.json")["first_step"] == 4
-    assert read_json(train / "main_1" / "done.json")["last_step"] == 24
+    ckpt, first_step = train / "checkpoints", (4 if trainer == "neox" else 0)  # Megatron-LM restarts at 0
+    layout = checkpoint_dirs.of(trainer)
+    assert (ckpt / start.name).is_symlink() and layout.latest(str(ckpt)) == first_step + 20
+    assert read_json(train / "warmup_0" / "done.json")["first_step"] == first_step
+    assert read_json(train / "main_1" / "done.json")["last_step"] == first_step + 20
     first = (wf.root / "logs" / "train" / "warmup_0" / "segment_0.log").read_text()
-    assert "finetune: weights of global_step4, fresh optimizer" in first
+    assert f"finetune: weights of {start.name}, fresh optimizer" in first
     later = (wf.root / "logs" / "train" / "main_1" / "segment_0.log").read_text()
-    assert "resumed from global_step8" in later and ".finetune-off" not in later  # main_1 has no finetune key
+    assert f"resumed from {layout.tag(first_step + 4)}" in later and ".finetune-off" not in later
+    spare = (wf.root / "logs" / "train" / "warmup_0" / "segment_1.log").read_text()
+    assert ".finetune-off" in spare  # the warmup's own config says finetune; after its save, a copy says not
     again = wf.run("--profile", "profiles/local", "--cores", "2", "-n", "train", *args)
     assert "Nothing to be done" in again.output, tail(again.output)

@@ -13,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.utils import REPO, Workflow, build_dataset, train_tokenizer, web_source
+from tests.utils import REPO, Workflow, build_dataset, sft_config, train_tokenizer, web_source
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.dedup.settings import DedupSettings
@@ -216,35 +216,9 @@ def test_dedup_removes_the_planted_duplicates(sample_run: Workflow) -> None:
 
 def test_sft_mode_through_the_workflow(workflow: Workflow, tmp_path: Path) -> None:
     """SFT data (seed 003 markers) through ingest, dedup and tokenize: markers become their control tokens."""
-    import random
-
     import sentencepiece as spm
-    from faker import Faker
 
-    fake, rng = Faker("en_US"), random.Random(4)
-    fake.seed_instance(4)
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    lines = [
-        {
-            "id": f"chat-{i}",
-            "text": f"<<<|user|>>>{fake.sentence(nb_words=rng.randint(5, 15))}<<<|user|>>>"
-            f"<<<|assistant|>>>{fake.paragraph(nb_sentences=rng.randint(2, 5))}<<<|assistant|>>>",
-        }
-        for i in range(300)
-    ]
-    lines.append({"id": "plain", "text": fake.paragraph(nb_sentences=4)})  # no marker: a reject in SFT mode
-    (raw / "en_sft_chat_part-00001.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
-    config = {
-        "sample": {"enabled": False},
-        "sources": [
-            {"name": "sft", "paths": [f"{raw}/*.jsonl"], "lang": "en", "domain": "sft", "subdomain": "chat"}
-        ],
-        "tokenizer": {"vocab_size": 2000},
-        "tokenize": {"mode": "sft"},
-        "mixtures": {"chat": {}},
-        "datapacks": {"phases": [{"name": "sft", "tokens": 10000, "mixture": "chat"}]},
-    }
+    config = sft_config(tmp_path / "raw")
     (workflow.root / "sft.yaml").write_text(yaml.safe_dump(config))
     workflow.ok(
         "--profile",

@@ -31,13 +31,19 @@ class FinetuneError(UserError, ValueError):
     """A starting checkpoint or checkpoint folder that cannot be used."""
 
 
-def prepare(checkpoints: str, start: str, trainer: str = "neox") -> str:
+def prepare(checkpoints: str, start: str, trainer: str = "neox", last_step: int | None = None) -> str:
     """Link the starting checkpoint into ``checkpoints`` and point the tracker at it (unless the run has
-    its own already); return its folder name there."""
+    its own already); return its folder name there. ``last_step``: the run's last global step."""
     layout = checkpoint_dirs.of(trainer)
     step = schedule.start_step(start)
     if not os.path.isdir(start):
         raise FinetuneError(f"train.finetune_from: {start} is not a directory")
+    if trainer == "megatron" and last_step is not None and step <= last_step:
+        raise FinetuneError(
+            f"train.finetune_from: {start}: Megatron-LM's --finetune restarts the iteration count at 0, so "
+            f"this run (to iteration {last_step}) could save its own {layout.tag(step)} through the link to "
+            "the start and overwrite it; start from a copy named past the run's end (e.g. iter_9999999)"
+        )
     tag = layout.tag(step)
     os.makedirs(checkpoints, exist_ok=True)
     link = os.path.join(checkpoints, tag)
@@ -69,9 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--start", required=True, help="the starting checkpoint (global_stepN or iter_NNNNNNN)"
     )
     parser.add_argument("--trainer", choices=checkpoint_dirs.TRAINERS, default="neox", help="train.trainer")
+    parser.add_argument("--last-step", type=int, help="the run's last global step (the plan's end)")
     parser.add_argument("--out", help="also write what was done here (JSON; the workflow's rule output)")
     args = parser.parse_args(argv)
-    tag = prepare(args.checkpoints, args.start, args.trainer)
+    tag = prepare(args.checkpoints, args.start, args.trainer, args.last_step)
     layout = checkpoint_dirs.of(args.trainer)
     latest = layout.latest_tag(args.checkpoints)
     if args.out:

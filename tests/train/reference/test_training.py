@@ -329,3 +329,19 @@ def test_two_processes_read_the_same_samples_as_one(
     a, b = losses(tmp_path / "one" / "reference" / "p"), losses(tmp_path / "two" / "reference" / "p")
     assert [r[0] for r in a] == [r[0] for r in b] == list(range(1, 7))
     assert [float(r[1]) for r in a] == pytest.approx([float(r[1]) for r in b], rel=1e-5)
+
+
+def test_keep_last_n_checkpoints_deletes_as_gpt_neox_does(tmp_path: Path, model: Path, packs: dict) -> None:
+    """GPT-NeoX's own retention (which the workflow's configs turn off): after each save, all but the newest
+    N checkpoints are deleted, milestones and pack ends alike. Without the key nothing is deleted."""
+    ckpt = tmp_path / "ckpt"
+    common = {"train_data_paths": [packs["pack_a"]], "train_iters": 30, "checkpoint_factor": 10}
+    config = write_config(tmp_path / "c" / "a.yml", model, **common, keep_last_n_checkpoints=1,
+                          save=str(ckpt), load=str(ckpt))  # fmt: skip
+    proc = run_trainer(config)
+    assert saved_steps(ckpt) == [30] and "keep_last_n_checkpoints 1: deleted" in proc.stdout
+    kept = tmp_path / "kept"
+    config = write_config(tmp_path / "c" / "b.yml", model, **common, keep_last_n_checkpoints=None,
+                          save=str(kept), load=str(kept))  # fmt: skip
+    run_trainer(config)
+    assert saved_steps(kept) == [10, 20, 30]
