@@ -223,9 +223,11 @@ def test_the_curve_takes_a_killed_attempts_iterations(pack):
 
 def test_finetune_is_turned_off_once_the_run_has_its_own_checkpoint(pack):
     start = str(pack["ckpt"] / "global_step10")
+    config = Path(json.loads(Path(pack["keys"]).read_text())["config"])
+    config.write_text(config.read_text() + "finetune: true\n")
     first = run_segment(pack, 0, 4, None, "--finetune-from", start)
     out, _ = first.communicate(timeout=120)
-    assert "finetune=None SFT_ENABLED=1" in out  # the pack's config as is, and the pack's environment
+    assert "finetune=True SFT_ENABLED=1" in out  # the pack's config as is, and the pack's environment
     second = run_segment(pack, 1, 4, None, "--finetune-from", start)
     out, _ = second.communicate(timeout=120)
     assert "finetune=False SFT_ENABLED=1" in out

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from tests.utils import Workflow, snakemake_env, tail
 from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train import checkpoint_dirs
+from workflow_scripts.train.reference.train import PAUSE_AT
 
 # exit_interval 12 at a 2 s/iter guess (checkpoint_factor 4): main trains in two segments and one spare
 CONFIG = """
@@ -84,11 +84,30 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def start_training(wf: Workflow, *configs: str) -> subprocess.Popen:
-    """``snakemake train`` through the local Slurm, in the background (its output piped)."""
+def start_training(wf: Workflow, *configs: str, pause_at: int | None = None) -> subprocess.Popen:
+    """``snakemake train`` through the local Slurm, in the background (its output piped); with ``pause_at``
+    the reference trainer stops itself (SIGSTOP) after that global iteration."""
     cmd = ["timeout", "-s", "KILL", str(SNAKEMAKE_TIMEOUT_S), sys.executable, "-m", "snakemake", *SLURM]
     pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
-    return subprocess.Popen([*cmd, "train", *configs], cwd=wf.root, env=snakemake_env(), **pipe)
+    env = snakemake_env() | ({} if pause_at is None else {PAUSE_AT: str(pause_at)})
+    return subprocess.Popen([*cmd, "train", *configs], cwd=wf.root, env=env, **pipe)
+
+
+def paused_trainer(root: Path, config: str) -> int:
+    """The pid of the reference trainer of ``config`` once it has stopped itself (``PAUSE_AT``)."""
+
+    def state(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return "gone"
+
+    def stopped() -> list[int]:
+        return [pid for pid in trainer_pids(root, config) if state(pid) == "T"]
+
+    wait_for(stopped, 600, f"the trainer of {config} to pause")
+    (pid,) = stopped()
+    return pid
 
 
 def trainer_pids(root: Path, config: str) -> list[int]:
@@ -145,7 +164,6 @@ def test_a_two_node_lumi_segment_asks_slurm_for_whole_gpu_nodes(slurm_cluster, t
         "--ntasks-per-node=8",  # one rank per GPU
         "--cpus-per-task=7",
         "--gpus-per-node=mi250:8",  # per node, with LUMI's GPU type (not --gpus=8 for the whole job)
-        "--signal=USR1@600",  # train.save_minutes before the time limit
         "--exclusive=user",
         "--hint=nomultithread",
     ]:
@@ -154,7 +172,7 @@ def test_a_two_node_lumi_segment_asks_slurm_for_whole_gpu_nodes(slurm_cluster, t
     assert flags[flags.index("-A") + 1] == "project_465000000" and not any(
         f.startswith("--mem") for f in flags
     )
-    assert not any(f.startswith("--gpus=") for f in flags)
+    assert not any(f.startswith(("--gpus=", "--signal")) for f in flags)  # the watchdog's USR1 is the notice
 
 
 @pytest.mark.slurm
@@ -165,17 +183,10 @@ def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster,
     assert "train_segment" in dry and "estimate_s=" in dry and "slurm_partition=debug" in dry
     assert not (train / "checkpoints").exists()  # a dry run (and the data run) trained nothing
 
-    first = start_training(wf, *ARGS)
-    log = root / "logs" / "train" / "main_1" / "segment_0.log"
-    wait_for(
-        lambda: log.exists() and "iteration        6/" in log.read_text(), 600, "main_1 segment 0 training"
-    )
-    # freeze the trainer mid-segment (a 2-core CI machine trains the 12 iterations in seconds); scancel's
-    # SIGCONT and SIGTERM then wake it, it finishes its iteration, saves and exits
-    frozen = trainer_pids(root, "main_1.yml")
-    assert frozen, "no trainer process of main_1 found"
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
+    # the trainer stops itself mid-segment (a 2-core CI machine trains the 12 iterations in a second);
+    # scancel's SIGCONT and SIGTERM then wake it, it finishes its iteration, saves and exits
+    first = start_training(wf, *ARGS, pause_at=6)
+    paused_trainer(root, "main_1.yml")
     status = json.loads(snakepack(wf, "status", "--json"))
     main = next(p for p in status["packs"] if p["pack"] == "main_1")
     assert main["state"] == "queued/running" and ":RUNNING" in main["slurm"], status
@@ -187,7 +198,7 @@ def test_segment_chain_through_slurm_survives_a_cancelled_segment(slurm_cluster,
     assert f"SLURM-job '{job}' failed" in out, tail(out)
     assert not (train / "main_1" / "segments" / "0.json").exists()
     stopped_at = int((train / "checkpoints" / "latest").read_text().strip()[len("global_step") :])
-    assert 4 <= stopped_at < 4 + 12
+    assert 6 < stopped_at < 4 + 12  # past the pause: SIGTERM saves after the iteration it interrupts
 
     warmup = [p.stat().st_mtime_ns for p in sorted((train / "warmup_0" / "segments").glob("*.json"))]
     assert len(warmup) == 2
@@ -269,13 +280,8 @@ def test_megatron_chain_through_slurm_in_megatrons_layout(slurm_cluster, trained
     (wf.root / "megatron.yaml").write_text(yaml.safe_dump({"train": megatron}))
     args = (*ARGS, "megatron.yaml")
     root, train = wf.root, wf.root / "results" / "train"
-    first = start_training(wf, *args)
-    log = root / "logs" / "train" / "main_1" / "segment_0.log"
-    wait_for(lambda: log.exists() and "iteration        9/" in log.read_text(), 600, "main_1 segment 0 at 9")
-    frozen = trainer_pids(root, "main_1.args")
-    assert frozen, "no trainer process of main_1 found"
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
+    first = start_training(wf, *args, pause_at=9)
+    paused_trainer(root, "main_1.args")
     job = queued("rule_train_segment_wildcards_main_1_0")["rule_train_segment_wildcards_main_1_0"]["id"]
     subprocess.run(["scancel", job], check=True)
     out, _ = first.communicate(timeout=SNAKEMAKE_TIMEOUT_S)

@@ -2,15 +2,14 @@
 
 Nodes (``train.nodes``), one rank per GPU (``--ntasks-per-node`` = ``train.gpus_per_node``), CPUs per rank
 (``train.cpus_per_task``), GPUs per node with the site's type when it needs one (``--gpus-per-node=mi250:8``;
-``train.request_gpus``, ``train.gpu_type``), the trainer's notice before the time limit
-(``--signal=USR1@`` ``train.save_minutes``) and the site's own flags (``train.sbatch``). The Snakemake Slurm
-plugin takes nodes, ranks and CPUs as resources (it sets those flags itself) and the rest as
-``slurm_extra``; the detached chain passes them all to sbatch.
+``train.request_gpus``, ``train.gpu_type``) and the site's own flags (``train.sbatch``). The Snakemake
+Slurm plugin takes nodes, ranks and CPUs as resources (it sets those flags itself) and the rest as
+``slurm_extra``; the detached chain passes them all to sbatch. No ``--signal``: the segment's watchdog
+(``train-segment``) gives the trainer its notice, and Slurm's would also reach Snakemake's own job step,
+which SIGUSR1 kills.
 """
 
 from __future__ import annotations
-
-import math
 
 from workflow_scripts.train.settings import TrainSettings
 
@@ -21,9 +20,8 @@ def gpus_per_node(train: TrainSettings) -> str:
 
 
 def slurm_extra(train: TrainSettings) -> str:
-    """The flags the Slurm plugin leaves to ``slurm_extra``: GPUs, the time-limit notice, the site's."""
+    """The flags the Slurm plugin leaves to ``slurm_extra``: GPUs and the site's."""
     flags = [f"--gpus-per-node={gpus_per_node(train)}"] if train.request_gpus else []
-    flags.append(f"--signal=USR1@{max(1, math.ceil(train.save_minutes * 60))}")
     return " ".join([*flags, *train.sbatch])
 
 

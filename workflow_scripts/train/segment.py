@@ -12,8 +12,8 @@ its files; ``{pack}``), with the pack's environment (the SFT switches), passing 
 trainer resumes from its tracker (``latest``; checkpoint_dirs gives each trainer's layout) and stops at its
 ``exit_interval`` boundary, at the pack's end, or on the signal, saving first. Inside Slurm, a watchdog
 sends SIGUSR1 ``--margin-minutes`` before the job's time limit (asked from squeue), so a segment uses its
-whole time whatever the s/iter; ``--signal=USR1@...`` in the profile does the same for trainers launched
-with srun.
+whole time whatever the s/iter. It is the only notice: Slurm's ``--signal`` would also reach Snakemake's
+own job step, which SIGUSR1 kills.
 
 The record (JSON) says what the segment did, from the checkpoint folder and the trainer's output: global
 steps before and after, the checkpoint tag, whether the pack is finished, Slurm job id and nodes, wall

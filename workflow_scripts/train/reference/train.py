@@ -18,7 +18,8 @@ and is refused once ``latest`` is the run's own checkpoint (seed 003). It saves 
 the iteration, saves and exits 0. A pack whose ``latest`` is already at its end trains nothing, checks the
 checkpoint and exits 0. Keys the trainer does not implement are listed once at start. Outputs beside the
 checkpoints are described in ``metrics``; the last line printed is the segment's summary (tokens/s, peak
-memory, why it stopped).
+memory, why it stopped). ``SNAKEPACK_REFERENCE_PAUSE_AT=N`` makes it stop itself after global iteration N
+(tests preempt a segment there).
 """
 
 from __future__ import annotations
@@ -343,6 +344,11 @@ def trainer_state(cfg: RunConfig, local: int, schedule: Any) -> dict[str, Any]:
     }
 
 
+PAUSE_AT = "SNAKEPACK_REFERENCE_PAUSE_AT"
+"""A test's hook: the trainer stops itself (SIGSTOP) once it has trained (and saved, if due) this global
+iteration, so a test can preempt a segment mid-way however fast the machine trains."""
+
+
 def save_due(cfg: RunConfig, local: int) -> bool:
     """Checkpoint iterations: global multiples of ``checkpoint_factor``, ``extra_save_iters``, the end."""
     step = cfg.offset + local
@@ -375,6 +381,7 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
     tokens_per_iter = cfg.batch * cfg.seq_length
     start, train_seconds, done, reason = time.perf_counter(), 0.0, 0, "complete"
     evaluated = None
+    pause_at = int(os.environ.get(PAUSE_AT, "-1"))
     if local == cfg.train_iters:
         reason = "nothing to train"
         say(
@@ -406,6 +413,9 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
             if cfg.keep_last and dist.main:
                 for old in checkpoints.delete_oldest(layout, cfg.save, cfg.keep_last):
                     say(dist, f"  keep_last_n_checkpoints {cfg.keep_last}: deleted {old}")
+        if step == pause_at:
+            say(dist, f"  {PAUSE_AT} {pause_at}: stopped (SIGSTOP) until SIGCONT")
+            os.kill(os.getpid(), signal.SIGSTOP)
         if stopping:
             reason = f"signal {signal.Signals(stop.signum).name}" if stop.signum else "signal on another rank"
             break
