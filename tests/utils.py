@@ -245,3 +245,30 @@ def sft_config(raw: Path) -> dict[str, Any]:
         "mixtures": {"chat": {}},
         "datapacks": {"phases": [{"name": "sft", "tokens": 10000, "mixture": "chat"}]},
     }
+
+
+def tiny_llama(seed: int = 0, **config: Any) -> Any:
+    """A tiny random ``transformers`` LlamaForCausalLM (fp32, eval mode; made here, nothing downloaded):
+    grouped-query attention and untied embeddings unless ``config`` says otherwise."""
+    import torch
+    import transformers
+
+    shape = dict(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(shape | config)))
+    with torch.no_grad():  # norms away from 1, so a norm mapped to the wrong place shows
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    return model.float().eval()

@@ -22,18 +22,16 @@ def test_unimplemented_keys_and_values_are_listed(tmp_path: Path, model: Path) -
         model,
         train_data_paths=["x"],
         train_iters=5,
-        pos_emb="rotary",
         precision="bfloat16",
         zero_optimization={"stage": 2, "overlap_comm": True},
-        rotary_pct=0.25,
+        rope_fusion=True,
     )
     cfg = load_config([str(path)])
     assert cfg.not_implemented == [
-        "pos_emb: rotary (learned is used)",
         "precision: bfloat16 (fp32: no GPU with bf16 here)",
         "zero_optimization.stage: 2 (stage 1 is used)",
         "zero_optimization: overlap_comm",
-        "ignored: rotary_pct, test_data_paths",
+        "ignored: rope_fusion, test_data_paths",
     ]
     assert (cfg.precision, cfg.zero_stage, cfg.name, cfg.end) == ("fp32", 1, "c", 5)
     assert cfg.model.vocab_size == 384  # 300 padded to a multiple of 128, as GPT-NeoX does
@@ -47,6 +45,9 @@ def test_unimplemented_keys_and_values_are_listed(tmp_path: Path, model: Path) -
         ({"pack_impl": "unpacked"}, "pack_impl: unpacked"),
         ({"lr_decay_style": "Cosine"}, "lr_decay_style: Cosine"),
         ({"checkpoint_scale": "log"}, "only linear"),
+        ({"pos_emb": "alibi"}, "pos_emb: alibi: the reference trainer builds learned or rotary or none"),
+        ({"activation": "geglu"}, "activation: geglu: the reference trainer builds gelu or swiglu"),
+        ({"num_kv_heads": 3}, "num_kv_heads 3 must divide num_attention_heads"),
     ],
 )
 def test_what_would_change_the_run_is_refused(tmp_path: Path, model: Path, keys: dict, message: str) -> None:

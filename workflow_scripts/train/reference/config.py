@@ -90,10 +90,19 @@ IMPLEMENTED = frozenset(
         "attention_dropout",
         "hidden_dropout",
         "pos_emb",
+        "rotary_pct",
+        "rotary_emb_base",
         "norm",
         "layernorm_epsilon",
+        "rms_norm_epsilon",
         "init_method_std",
         "activation",
+        "intermediate_size",
+        "mlp_multiple_of",
+        "num_kv_heads",
+        "use_bias_in_attn_linear",
+        "use_bias_in_mlp",
+        "use_bias_in_norms",
         "keep_last_n_checkpoints",
     }
 )
@@ -131,7 +140,7 @@ class ConfigError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The GPT's shape (GPT-NeoX key names)."""
+    """The model's shape (GPT-NeoX key names and defaults)."""
 
     vocab_size: int  # padded to make_vocab_size_divisible_by, as GPT-NeoX does
     num_layers: int
@@ -142,8 +151,45 @@ class ModelConfig:
     tied: bool = True
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
-    layernorm_epsilon: float = 1e-5
+    norm: str = "layernorm"  # or rmsnorm
+    norm_epsilon: float = 1e-5  # layernorm_epsilon or rms_norm_epsilon, by norm
+    pos_emb: str = "learned"  # or rotary, none
+    rotary_pct: float = 1.0
+    rotary_emb_base: int = 10000
+    activation: str = "gelu"  # or swiglu
+    intermediate_size: int | None = None
+    mlp_multiple_of: int = 1
+    num_kv_heads: int | None = None
+    attn_bias: bool = True  # use_bias_in_attn_linear
+    mlp_bias: bool = True  # use_bias_in_mlp
+    norm_bias: bool = True  # use_bias_in_norms (LayerNorm only)
     init_method_std: float = 0.02
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def rotary(self) -> bool:
+        return self.pos_emb == "rotary"
+
+    def _ffn(self) -> tuple[int, int]:
+        """GPT-NeoX's ParallelMLP sizes: ``linear1``'s output and ``linear2``'s input."""
+        ffn = self.intermediate_size or 4 * self.hidden_size
+        ffn_in = ffn
+        if self.activation == "swiglu":
+            ffn = int(ffn * 2 / 3)
+            ffn_in = ffn // 2
+        m = self.mlp_multiple_of
+        return 2 * m * math.ceil(ffn / (2 * m)), m * math.ceil(ffn_in / m)
+
+    @property
+    def ffn_size(self) -> int:
+        return self._ffn()[0]
+
+    @property
+    def ffn_in_size(self) -> int:
+        return self._ffn()[1]
 
 
 @dataclass(frozen=True)
@@ -368,13 +414,57 @@ def padded_vocab(size: int, divisible_by: int) -> int:
     return int(math.ceil(size / divisible_by) * divisible_by)
 
 
+MODEL_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos_emb": ("learned", "rotary", "none"),
+                 "activation": ("gelu", "swiglu")}  # fmt: skip
+
+
+def model_config(raw: dict[str, Any], path: str, vocab_size: int, seq: int, max_pos: int) -> ModelConfig:
+    """The model's shape from GPT-NeoX's keys; a shape the reference cannot build is refused (a checkpoint
+    of another shape would not load, or would load as another model)."""
+    for key, choices in MODEL_CHOICES.items():
+        if key in raw and raw[key] not in choices:
+            built = " or ".join(choices)
+            raise ConfigError(f"{path}: {key}: {raw[key]}: the reference trainer builds {built}")
+    heads, hidden = raw["num_attention_heads"], raw["hidden_size"]  # checked by load_config
+    kv_heads = _int(raw, "num_kv_heads", minimum=1)
+    if kv_heads is not None and heads % kv_heads:
+        raise ConfigError(f"num_kv_heads {kv_heads} must divide num_attention_heads {heads}")
+    norm = str(raw.get("norm", "layernorm"))
+    rotary_pct = float(raw.get("rotary_pct", 1.0))
+    if not 0 < rotary_pct <= 1 or int(hidden // heads * rotary_pct) % 2:
+        raise ConfigError(f"rotary_pct {rotary_pct}: must give an even number of each head's dimensions")
+    return ModelConfig(
+        vocab_size=vocab_size,
+        num_layers=_int(raw, "num_layers", _required(raw, "num_layers", path), minimum=1),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        seq_length=seq,
+        max_position_embeddings=max_pos,
+        tied=not bool(raw.get("no_weight_tying", False)),
+        attention_dropout=float(raw.get("attention_dropout", 0.1)),
+        hidden_dropout=float(raw.get("hidden_dropout", 0.1)),
+        norm=norm,
+        norm_epsilon=float(
+            raw.get("rms_norm_epsilon", 1e-8) if norm == "rmsnorm" else raw.get("layernorm_epsilon", 1e-5)
+        ),
+        pos_emb=str(raw.get("pos_emb", "learned")),
+        rotary_pct=rotary_pct,
+        rotary_emb_base=_int(raw, "rotary_emb_base", 10000, minimum=1),
+        activation=str(raw.get("activation", "gelu")),
+        intermediate_size=_int(raw, "intermediate_size", minimum=1),
+        mlp_multiple_of=_int(raw, "mlp_multiple_of", 1, minimum=1),
+        num_kv_heads=kv_heads,
+        attn_bias=bool(raw.get("use_bias_in_attn_linear", True)),
+        mlp_bias=bool(raw.get("use_bias_in_mlp", True)),
+        norm_bias=bool(raw.get("use_bias_in_norms", True)),
+        init_method_std=float(raw.get("init_method_std", 0.02)),
+    )
+
+
 def _check_values(raw: dict[str, Any], bf16: bool) -> tuple[list[str], str, int]:
     """Values the reference supports only partly: the notes, the precision used and the ZeRO stage used."""
     notes: list[str] = []
     supported = {
-        "pos_emb": "learned",
-        "norm": "layernorm",
-        "activation": "gelu",
         "data_impl": "mmap",
         "tokenizer_type": "SPMTokenizer",
     }
@@ -461,19 +551,8 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     max_pos = _int(raw, "max_position_embeddings", seq, minimum=1)
     if max_pos < seq:
         raise ConfigError(f"max_position_embeddings {max_pos} < seq_length {seq}")
-    model = ModelConfig(
-        vocab_size=padded_vocab(vocab, _int(raw, "make_vocab_size_divisible_by", 128, minimum=1)),
-        num_layers=_int(raw, "num_layers", _required(raw, "num_layers", path), minimum=1),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        seq_length=seq,
-        max_position_embeddings=max_pos,
-        tied=not bool(raw.get("no_weight_tying", False)),
-        attention_dropout=float(raw.get("attention_dropout", 0.1)),
-        hidden_dropout=float(raw.get("hidden_dropout", 0.1)),
-        layernorm_epsilon=float(raw.get("layernorm_epsilon", 1e-5)),
-        init_method_std=float(raw.get("init_method_std", 0.02)),
-    )
+    vocab_size = padded_vocab(vocab, _int(raw, "make_vocab_size_divisible_by", 128, minimum=1))
+    model = model_config(raw, path, vocab_size, seq, max_pos)
     factor = _int(raw, "checkpoint_factor", minimum=1)
     exit_interval = _int(raw, "exit_interval", minimum=1)
     eval_interval = _int(raw, "eval_interval", 1000, minimum=1)
