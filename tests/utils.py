@@ -272,3 +272,16 @@ def tiny_llama(seed: int = 0, **config: Any) -> Any:
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
     return model.float().eval()
+
+
+def hf_folder(root: Path, data_model: Path, **config) -> Path:
+    """A tiny LLaMA's Hugging Face folder whose tokenizer is ``data_model`` (its vocabulary and end of
+    document)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(data_model))
+    eod = sp.piece_to_id("<|endoftext|>")
+    model = tiny_llama(**({"vocab_size": sp.get_piece_size(), "eos_token_id": eod} | config))
+    model.save_pretrained(root)
+    shutil.copy(data_model, root / "tokenizer.model")
+    return root

@@ -86,11 +86,35 @@ def save(
     return os.path.join(directory, tag)
 
 
+def neox_weights(path: str, rank: int = 0) -> dict[str, torch.Tensor]:
+    """Tensor-parallel rank ``rank``'s weights of a GPT-NeoX checkpoint folder under the sequential names:
+    ``mp_rank_XX_model_states.pt``'s ``module``, or, for a pipeline checkpoint (``module`` None), its
+    ``layer_II-model_XX-model_states.pt`` files."""
+    states = torch.load(os.path.join(path, f"mp_rank_{rank:02d}_model_states.pt"), map_location="cpu",
+                        weights_only=False)  # fmt: skip
+    if states.get("module") is not None:
+        return states["module"]
+    weights: dict[str, torch.Tensor] = {}
+    suffix = f"-model_{rank:02d}-model_states.pt"
+    for file in sorted(f for f in os.listdir(path) if f.startswith("layer_") and f.endswith(suffix)):
+        index = int(file[len("layer_") :].split("-")[0])
+        layer = torch.load(os.path.join(path, file), map_location="cpu", weights_only=True)
+        weights.update({f"sequential.{index}.{key}": tensor for key, tensor in layer.items()})
+    if not weights:
+        raise CheckpointError(f"{path}: no module in mp_rank_{rank:02d}_model_states.pt and no layer files")
+    return weights
+
+
 def load(
     layout: CheckpointLayout, engine: Any, directory: str, step: int, weights_only: bool
 ) -> dict[str, Any] | None:
-    """Load the checkpoint of ``step``: everything, or the weights only (a fine-tuning start); return the
-    trainer state saved with it (None for a checkpoint made by another trainer)."""
+    """Load the checkpoint of ``step``: everything, or the weights only (a fine-tuning start, GPT-NeoX's
+    sequential or pipeline files: an imported model); return the trainer state saved with it (None for a
+    checkpoint made by another trainer). Weights load strictly: a shape or name the model lacks fails."""
+    folder = layout.path(directory, step)
+    if weights_only and os.path.isfile(os.path.join(folder, "layer_00-model_00-model_states.pt")):
+        engine.module.load_state_dict(neox_weights(folder), strict=True)
+        return None
     path, client = engine.load_checkpoint(
         directory,
         tag=layout.tag(step),

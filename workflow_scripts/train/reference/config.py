@@ -103,6 +103,7 @@ IMPLEMENTED = frozenset(
         "use_bias_in_attn_linear",
         "use_bias_in_mlp",
         "use_bias_in_norms",
+        "gpt_j_residual",
         "keep_last_n_checkpoints",
     }
 )
@@ -425,6 +426,8 @@ def model_config(raw: dict[str, Any], path: str, vocab_size: int, seq: int, max_
         if key in raw and raw[key] not in choices:
             built = " or ".join(choices)
             raise ConfigError(f"{path}: {key}: {raw[key]}: the reference trainer builds {built}")
+    if raw.get("gpt_j_residual"):
+        raise ConfigError(f"{path}: gpt_j_residual: true: the reference trainer builds sequential layers")
     heads, hidden = raw["num_attention_heads"], raw["hidden_size"]  # checked by load_config
     kv_heads = _int(raw, "num_kv_heads", minimum=1)
     if kv_heads is not None and heads % kv_heads:

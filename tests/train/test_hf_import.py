@@ -1,0 +1,79 @@
+"""``snakepack hf-import``: a Hugging Face LLaMA folder becomes GPT-NeoX's checkpoint (sequential or
+pipeline files, any tensor-parallel size), checked by logits; a tokenizer that is not the data's stops it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.utils import hf_folder, write_jsonl
+from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.train import hf_layout
+
+
+def run_import(hf: Path, data_model: Path, out: Path, *extra: str) -> int:
+    args = ["--hf", str(hf), "--tokenizer-model", str(data_model), "--out", str(out / "global_step0")]
+    return snakepack(["hf-import", *args, "--check", str(out / "import.json"), *extra])
+
+
+@pytest.mark.parametrize("layout", [("--tp", "1"), ("--tp", "2", "--pipe")], ids=["tp1", "tp2-pipe"])
+def test_import_writes_gpt_neox_files_whose_logits_are_the_models(tmp_path, model, layout):
+    hf = hf_folder(tmp_path / "hf", model)
+    assert run_import(hf, model, tmp_path / "ckpt", *layout) == 0
+    ckpt = tmp_path / "ckpt" / "global_step0"
+    tp = int(layout[1])
+    assert sorted(p.name for p in ckpt.glob("mp_rank_*")) == [
+        f"mp_rank_{r:02d}_model_states.pt" for r in range(tp)
+    ]
+    if "--pipe" in layout:  # embedding, 2 layers, final norm, output layer: per rank
+        assert len(list(ckpt.glob("layer_*-model_01-model_states.pt"))) == 5
+    check = read_json(tmp_path / "ckpt" / "import.json")
+    assert check["ok"] and check["logits"]["max_abs"] < 1e-4, check
+    assert check["padded_vocab_size"] == {1: 384, 2: 512}[tp]  # 300 padded to a multiple of 128 x TP
+    assert check["tensors"] == tp * (1 + 2 * 6 + 2)
+
+
+def test_a_tokenizer_that_is_not_the_datas_stops_the_import(tmp_path, model, capsys):
+    words = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven"]
+    other = tmp_path / "other"
+    other.mkdir()
+    src = write_jsonl(
+        other / "c.jsonl", [{"text": " ".join(words[i % 9 :] + words[: i % 4])} for i in range(300)]
+    )
+    args = [str(src), "--model-prefix", str(other / "spm"), "--vocab-size", "300", "--max-sentences", "1000"]
+    assert snakepack(["train-tokenizer", *args]) == 0
+    hf = hf_folder(tmp_path / "hf", other / "spm.model")
+    assert run_import(hf, model, tmp_path / "ckpt") == 2
+    assert re.search(r"tokenizer\.model and the data's .* differ at \d+ of 300 ids", capsys.readouterr().err)
+    assert not (tmp_path / "ckpt" / "global_step0").exists()  # nothing written
+
+
+def test_the_models_end_of_document_must_be_the_datas(tmp_path, model, capsys):
+    hf = hf_folder(tmp_path / "hf", model, eos_token_id=5)
+    assert run_import(hf, model, tmp_path / "ckpt") == 2
+    assert re.search(r"end of document is id \d+ .* eos_token_id 5", capsys.readouterr().err)
+
+
+def test_a_vocabulary_past_gpt_neoxs_padding_is_refused(tmp_path, model, capsys):
+    hf = hf_folder(tmp_path / "hf", model, vocab_size=400)  # the data's 300 pad to 384
+    assert run_import(hf, model, tmp_path / "ckpt") == 2
+    assert "vocab_size 400 does not fit the data tokenizer's 300 padded to 384" in capsys.readouterr().err
+
+
+def test_gpt_neox_converters_qkv_layout_fails_the_logit_check(tmp_path, model, monkeypatch, capsys):
+    """Without GQA, GPT-NeoX's convert_hf_llama_to_neox.py fuses q/k/v block-wise (test_converter_compat):
+    written so, the weights are another model, and the check says so."""
+    hf = hf_folder(tmp_path / "hf", model, num_key_value_heads=4)
+
+    def block_wise(q, k, v, shape, r):
+        return torch.cat([torch.chunk(t, shape.tp)[r] for t in (q, k, v)])
+
+    monkeypatch.setattr(hf_layout, "fuse_qkv", block_wise)
+    assert run_import(hf, model, tmp_path / "ckpt") == 2
+    assert "logits differ by" in capsys.readouterr().err
+    check = read_json(tmp_path / "ckpt" / "import.json")
+    assert check["ok"] is False and check["logits"]["max_abs"] > 1e-2

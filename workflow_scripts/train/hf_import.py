@@ -1,0 +1,192 @@
+"""``snakepack hf-import``: a local Hugging Face LLaMA folder as a GPT-NeoX checkpoint to start from.
+
+Usage::
+
+    snakepack hf-import --hf DIR --tokenizer-model spm.model --out CKPT/global_step0 --check import.json \\
+        [--tp 1] [--pipe] [--divisible-by 128]
+
+Reads ``config.json`` and the safetensors (one file or an index), tensor by tensor (train/hf_layout), and
+writes GPT-NeoX's layout for tensor parallel size ``--tp``: ``mp_rank_XX_model_states.pt`` holding each
+rank's weights (``pipe_parallel_size: 0``), or with ``--pipe`` one ``layer_II-model_XX-model_states.pt``
+per layer and rank (``pipe_parallel_size`` >= 1). The run starts from it as from any ``finetune_from``
+checkpoint (train/finetune: the link and the tracker). The vocabulary is padded
+as GPT-NeoX pads the data tokenizer's (``make_vocab_size_divisible_by`` x TP).
+
+Before writing it checks that the model's tokenizer is the data's (train/model_tokenizer); after writing,
+the same tokens go through the Hugging Face model and through the reference model on the written weights,
+and ``--check`` records the largest absolute and relative logit difference; over tolerance it fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.fsio import write_json
+from workflow_scripts.train import hf_layout, model_tokenizer
+
+TOLERANCE = {"max_abs": 1e-3, "max_rel": 1e-3}  # fp32 logits of the same weights
+CHECK_TOKENS = 64
+
+
+class ModelImportError(UserError, ValueError):
+    """A Hugging Face folder that cannot be imported; the message names the file and why."""
+
+
+def read_config(hf_dir: str) -> dict[str, Any]:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise ModelImportError(f"train.init_from.hf: {hf_dir} has no config.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def tensor_reader(hf_dir: str) -> Callable[[str], torch.Tensor]:
+    """``get(name)``: one tensor read from the folder's safetensors (a single file or a sharded index)."""
+    from safetensors import safe_open
+
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            where = {name: os.path.join(hf_dir, file) for name, file in json.load(f)["weight_map"].items()}
+    elif os.path.isfile(os.path.join(hf_dir, "model.safetensors")):
+        single = os.path.join(hf_dir, "model.safetensors")
+        with safe_open(single, framework="pt") as f:
+            where = dict.fromkeys(f.keys(), single)
+    else:
+        raise ModelImportError(f"train.init_from.hf: {hf_dir} has no model.safetensors (nor a shard index)")
+    handles: dict[str, Any] = {}
+
+    def get(name: str) -> torch.Tensor:
+        if name not in where:
+            raise ModelImportError(f"{hf_dir}: no tensor {name} in its safetensors")
+        path = where[name]
+        if path not in handles:
+            handles[path] = safe_open(path, framework="pt")
+        return handles[path].get_tensor(name)
+
+    return get
+
+
+def layer_file(index: int, rank: int) -> str:
+    return f"layer_{index:02d}-model_{rank:02d}-model_states.pt"
+
+
+def rank_file(rank: int) -> str:
+    return f"mp_rank_{rank:02d}_model_states.pt"
+
+
+def _save(obj: Any, path: str) -> None:
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def write_checkpoint(get: Callable[[str], torch.Tensor], shape: hf_layout.Shape, out: str, pipe: bool) -> int:
+    """Write every rank's tensors into ``out`` (GPT-NeoX's sequential or pipeline files); the tensor count."""
+    os.makedirs(out, exist_ok=True)
+    count = 0
+    for r in range(shape.tp):
+        state: dict[str, torch.Tensor] = {}
+        layer, current = None, {}
+        for name, tensor in hf_layout.to_neox(get, shape, r):
+            count += 1
+            if not pipe:
+                state[name] = tensor
+                continue
+            index, key = name.split(".", 2)[1:]
+            if layer is not None and int(index) != layer:
+                _save(current, os.path.join(out, layer_file(layer, r)))
+                current = {}
+            layer, current[key] = int(index), tensor
+        if pipe and layer is not None:
+            _save(current, os.path.join(out, layer_file(layer, r)))
+        meta = {"dp_world_size": 1, "mp_world_size": shape.tp, "iteration": 0, "global_steps": 0}
+        _save(meta | {"module": None if pipe else state, "optimizer": {}}, os.path.join(out, rank_file(r)))
+    return count
+
+
+def read_checkpoint(ckpt: str) -> Callable[[int, str], torch.Tensor]:
+    """``get(rank, name)`` over a GPT-NeoX checkpoint folder, sequential or pipeline files."""
+    from workflow_scripts.train.reference.checkpoints import neox_weights
+
+    ranks: dict[int, dict[str, torch.Tensor]] = {}
+
+    def get(rank: int, name: str) -> torch.Tensor:
+        if rank not in ranks:
+            ranks[rank] = neox_weights(ckpt, rank)
+        return ranks[rank][name]
+
+    return get
+
+
+def reference_logits(ckpt: str, config: dict[str, Any], shape: hf_layout.Shape, tokens: torch.Tensor):
+    """The reference model's logits on the weights written to ``ckpt`` (ranks merged)."""
+    from workflow_scripts.train.reference.config import model_config
+    from workflow_scripts.train.reference.model import GPT
+
+    keys = hf_layout.neox_model_keys(config) | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
+    seq = tokens.shape[1]
+    gpt = GPT(model_config(keys, ckpt, shape.padded_vocab_size, seq, keys["max_position_embeddings"]))
+    merged = dict(hf_layout.to_hf(read_checkpoint(ckpt), shape))
+    one = hf_layout.Shape(**{**shape.__dict__, "tp": 1})
+    gpt.load_state_dict(dict(hf_layout.to_neox(merged.__getitem__, one, 0)), strict=True)
+    with torch.no_grad():
+        return gpt.eval()(tokens)[..., : shape.vocab_size]
+
+
+def hf_logits(hf_dir: str, tokens: torch.Tensor) -> torch.Tensor:
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    with torch.no_grad():
+        return model.eval()(tokens).logits
+
+
+def compare(got: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
+    """The largest absolute difference, and that relative to the largest expected logit."""
+    diff = float((got - expected).abs().max())
+    return {"max_abs": diff, "max_rel": diff / max(float(expected.abs().max()), 1e-12)}
+
+
+def check_tokens(vocab: int, n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, n), generator=torch.Generator().manual_seed(seed))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="snakepack hf-import", description=__doc__.split("\n")[0])
+    parser.add_argument("--hf", required=True, help="the Hugging Face model folder")
+    parser.add_argument("--tokenizer-model", required=True, help="the data's SentencePiece model")
+    parser.add_argument("--out", required=True, help="the checkpoint folder to write (…/global_step0)")
+    parser.add_argument("--check", required=True, help="the logit check's JSON")
+    parser.add_argument("--tp", type=int, default=1, help="tensor parallel size (model_parallel_size)")
+    parser.add_argument("--pipe", action="store_true", help="pipeline files (pipe_parallel_size >= 1)")
+    parser.add_argument("--divisible-by", type=int, default=128, help="make_vocab_size_divisible_by")
+    args = parser.parse_args(argv)
+    config = read_config(args.hf)
+    data = model_tokenizer.match(args.hf, config, args.tokenizer_model)
+    padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
+    shape = hf_layout.shape_of(config, padded, args.tp)
+    if not data.vocab_size <= shape.vocab_size <= padded:
+        raise ModelImportError(
+            f"{args.hf}: vocab_size {shape.vocab_size} does not fit the data tokenizer's {data.vocab_size} "
+            f"padded to {padded} (make_vocab_size_divisible_by {args.divisible_by} x tp {args.tp})"
+        )
+    count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
+    tokens = check_tokens(data.vocab_size, min(CHECK_TOKENS, int(config["max_position_embeddings"])))
+    expected = hf_logits(args.hf, tokens)  # one model in memory at a time
+    result = compare(reference_logits(args.out, config, shape, tokens), expected)
+    ok = all(result[k] <= TOLERANCE[k] for k in TOLERANCE)
+    record = {"hf": args.hf, "out": args.out, "tensors": count, "tp": args.tp, "pipe": args.pipe}
+    record |= {"padded_vocab_size": padded, "tokens": list(tokens.shape), "logits": result}
+    write_json(args.check, record | {"tolerance": TOLERANCE, "ok": ok})
+    print(f"hf-import: {args.hf} -> {args.out}: {count} tensors, logits max abs {result['max_abs']:.2e}")
+    if not ok:
+        raise ModelImportError(f"{args.hf}: logits differ by {result} (over {TOLERANCE}); see {args.check}")
+    return 0
