@@ -50,6 +50,7 @@ COMMANDS: dict[str, Command] = {
     "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
     "train-reference": _c("train.reference.train", "train one pack's GPT-NeoX config (torch + DeepSpeed)"),
     "hf-import": _c("train.hf_import", "a Hugging Face LLaMA folder as a GPT-NeoX checkpoint to start from"),
+    "hf-export": _c("train.hf_export", "a LLaMA-shaped GPT-NeoX checkpoint as a Hugging Face folder"),
     "finetune-start": _c("train.finetune", "a checkpoint folder starting from a checkpoint (seed 003)"),
     "train-summary": _c("train.summary", "the packs' training table (iterations, cadence, segments)"),
     "train-segment": _c("train.segment", "one training segment of a pack (a Slurm job) and its record"),

@@ -18,6 +18,9 @@ path (under the train folder)     what
 ``stats.json``
 ``detach/chain.json``              the job ids of a detached chain
 ``reference/{run}/``               the reference trainer's own ``loss.csv``, ``eval.jsonl``, ``segments/``
+``import/global_step0/``           ``train.init_from.hf`` in GPT-NeoX's layout (``import.json``: its check)
+``export/{name}/``                 a checkpoint as a Hugging Face folder: ``{pack}`` (its last step) or
+                                   ``step{N}`` (a milestone); ``export/{name}.json``: its logit check
 ================================  ==============================================================
 
 Logs go to ``{logs}/train/``: ``{pack}_config.log``, ``{pack}/segment_{k}.log`` (and ``eval_``,
@@ -90,6 +93,22 @@ class TrainLayout:
     def file(self, name: str) -> str:
         """A file of the whole run (``CONFIGS_CSV``, ``LOSS_CSV``, ...)."""
         return f"{self.root}/{name}"
+
+    @property
+    def import_checkpoint(self) -> str:
+        """Where ``train.init_from.hf`` is converted to (the run's ``finetune_from``)."""
+        return f"{self.root}/import/global_step0"
+
+    @property
+    def import_check(self) -> str:
+        return f"{self.root}/import/import.json"
+
+    def export(self, name: str) -> str:
+        """The Hugging Face folder of export ``name`` (a pack's name, or ``step{N}``)."""
+        return f"{self.root}/export/{name}"
+
+    def export_check(self, name: str) -> str:
+        return f"{self.root}/export/{name}.json"
 
     @property
     def detach_state(self) -> str:

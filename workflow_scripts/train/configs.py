@@ -101,6 +101,30 @@ def _number(value: Any) -> Any:
     return value
 
 
+def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length: int) -> dict[str, Any]:
+    """GPT-NeoX's model keys of ``train.init_from.hf``'s ``config.json``; a key the base config sets to
+    another value is an error naming both."""
+    from workflow_scripts.train import hf_layout
+    from workflow_scripts.train.hf_start import read_config
+
+    try:
+        model = hf_layout.neox_model_keys(read_config(hf_dir))
+    except hf_layout.UnsupportedModel as error:
+        raise ConfigError(f"train.init_from.hf: {hf_dir}/config.json: {error}") from None
+    for key, value in model.items():
+        if key in base and base[key] != value:
+            raise ConfigError(
+                f"{base_path}: {key} {base[key]!r}, but the model {hf_dir}/config.json gives {value!r} "
+                "(train.init_from.hf): remove the key from the base config, or start from another model"
+            )
+    if seq_length > model["max_position_embeddings"]:
+        raise ConfigError(
+            f"training.seq_length {seq_length} is longer than the model's max_position_embeddings "
+            f"{model['max_position_embeddings']} ({hf_dir}/config.json)"
+        )
+    return model
+
+
 # --- checks against the plan --------------------------------------------------------------------------------
 
 
@@ -382,6 +406,9 @@ def write_pack_config(
     layout = check_base(base, plan, train, base_path)
     eod = check_eod(signature, tokenizer_model, train.trainer)
     keys = pack_keys(plan, index, train, checkpoints, tokenizer_model, seed)
+    if train.init_hf:
+        for key, value in hf_model_keys(base, train.init_hf, base_path, plan["seq_length"]).items():
+            keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
     replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
     paths = TrainLayout(out_dir.rstrip("/"))
     path = paths.config(pack_name, ".yml" if train.trainer == "neox" else ".args")

@@ -27,24 +27,18 @@ from typing import Any
 
 import torch
 
-from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.train import hf_layout, model_tokenizer
-
-TOLERANCE = {"max_abs": 1e-3, "max_rel": 1e-3}  # fp32 logits of the same weights
-CHECK_TOKENS = 64
-
-
-class ModelImportError(UserError, ValueError):
-    """A Hugging Face folder that cannot be imported; the message names the file and why."""
-
-
-def read_config(hf_dir: str) -> dict[str, Any]:
-    path = os.path.join(hf_dir, "config.json")
-    if not os.path.isfile(path):
-        raise ModelImportError(f"train.init_from.hf: {hf_dir} has no config.json")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+from workflow_scripts.train.hf_start import ModelImportError, read_config
+from workflow_scripts.train.logit_check import (
+    CHECK_TOKENS,
+    TOLERANCE,
+    check_tokens,
+    compare,
+    hf_logits,
+    reference_logits,
+    within,
+)
 
 
 def tensor_reader(hf_dir: str) -> Callable[[str], torch.Tensor]:
@@ -112,53 +106,6 @@ def write_checkpoint(get: Callable[[str], torch.Tensor], shape: hf_layout.Shape,
     return count
 
 
-def read_checkpoint(ckpt: str) -> Callable[[int, str], torch.Tensor]:
-    """``get(rank, name)`` over a GPT-NeoX checkpoint folder, sequential or pipeline files."""
-    from workflow_scripts.train.reference.checkpoints import neox_weights
-
-    ranks: dict[int, dict[str, torch.Tensor]] = {}
-
-    def get(rank: int, name: str) -> torch.Tensor:
-        if rank not in ranks:
-            ranks[rank] = neox_weights(ckpt, rank)
-        return ranks[rank][name]
-
-    return get
-
-
-def reference_logits(ckpt: str, config: dict[str, Any], shape: hf_layout.Shape, tokens: torch.Tensor):
-    """The reference model's logits on the weights written to ``ckpt`` (ranks merged)."""
-    from workflow_scripts.train.reference.config import model_config
-    from workflow_scripts.train.reference.model import GPT
-
-    keys = hf_layout.neox_model_keys(config) | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
-    seq = tokens.shape[1]
-    gpt = GPT(model_config(keys, ckpt, shape.padded_vocab_size, seq, keys["max_position_embeddings"]))
-    merged = dict(hf_layout.to_hf(read_checkpoint(ckpt), shape))
-    one = hf_layout.Shape(**{**shape.__dict__, "tp": 1})
-    gpt.load_state_dict(dict(hf_layout.to_neox(merged.__getitem__, one, 0)), strict=True)
-    with torch.no_grad():
-        return gpt.eval()(tokens)[..., : shape.vocab_size]
-
-
-def hf_logits(hf_dir: str, tokens: torch.Tensor) -> torch.Tensor:
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
-    with torch.no_grad():
-        return model.eval()(tokens).logits
-
-
-def compare(got: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
-    """The largest absolute difference, and that relative to the largest expected logit."""
-    diff = float((got - expected).abs().max())
-    return {"max_abs": diff, "max_rel": diff / max(float(expected.abs().max()), 1e-12)}
-
-
-def check_tokens(vocab: int, n: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, vocab, (2, n), generator=torch.Generator().manual_seed(seed))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="snakepack hf-import", description=__doc__.split("\n")[0])
     parser.add_argument("--hf", required=True, help="the Hugging Face model folder")
@@ -172,17 +119,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = read_config(args.hf)
     data = model_tokenizer.match(args.hf, config, args.tokenizer_model)
     padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
-    shape = hf_layout.shape_of(config, padded, args.tp)
+    try:
+        shape, keys = hf_layout.shape_of(config, padded, args.tp), hf_layout.neox_model_keys(config)
+    except hf_layout.UnsupportedModel as error:
+        raise ModelImportError(f"{args.hf}/config.json: {error}") from None
     if not data.vocab_size <= shape.vocab_size <= padded:
         raise ModelImportError(
             f"{args.hf}: vocab_size {shape.vocab_size} does not fit the data tokenizer's {data.vocab_size} "
             f"padded to {padded} (make_vocab_size_divisible_by {args.divisible_by} x tp {args.tp})"
         )
+    try:
+        shape.check()
+    except ValueError as error:
+        raise ModelImportError(f"{args.hf}/config.json: {error}") from None
     count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
     tokens = check_tokens(data.vocab_size, min(CHECK_TOKENS, int(config["max_position_embeddings"])))
     expected = hf_logits(args.hf, tokens)  # one model in memory at a time
-    result = compare(reference_logits(args.out, config, shape, tokens), expected)
-    ok = all(result[k] <= TOLERANCE[k] for k in TOLERANCE)
+    result = compare(reference_logits(args.out, keys, shape, tokens), expected)
+    ok = within(result)
     record = {"hf": args.hf, "out": args.out, "tensors": count, "tp": args.tp, "pipe": args.pipe}
     record |= {"padded_vocab_size": padded, "tokens": list(tokens.shape), "logits": result}
     write_json(args.check, record | {"tolerance": TOLERANCE, "ok": ok})

@@ -22,6 +22,7 @@ RUN_KEYS = (
     "request_gpus",
     "gpu_type",
     "cpus_per_task",
+    "export",
 )
 
 
@@ -57,6 +58,8 @@ class TrainSettings:
     bytes_per_param: float = setting("train", "bytes_per_param")
     checkpoint_quota_tb: float | None = setting("train", "checkpoint_quota_tb")
     finetune_from: str | None = setting("train", "finetune_from")
+    init_from: dict[str, Any] = setting("train", "init_from")
+    export: dict[str, Any] = setting("train", "export")
     sft_epochs: int = setting("train", "sft_epochs")
     sft_env: dict[str, str] = setting("train", "sft_env")
     launch: str = setting("train", "launch")
@@ -67,6 +70,21 @@ class TrainSettings:
     stall_minutes: float = setting("train", "stall_minutes")
     detach: bool = setting("train", "detach")
     sbatch: tuple[str, ...] = setting("train", "sbatch")
+
+    @property
+    def init_hf(self) -> str | None:
+        """The Hugging Face folder the run starts from (``train.init_from.hf``), if any."""
+        return self.init_from.get("hf")
+
+    @property
+    def export_packs(self) -> bool:
+        """Export every pack's last checkpoint (``train.export.packs``; unset: when starting from HF)."""
+        packs = self.export.get("packs")
+        return bool(self.init_hf) if packs is None else bool(packs)
+
+    @property
+    def export_milestones(self) -> tuple[int, ...]:
+        return tuple(self.export.get("milestones", ()))
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainSettings:

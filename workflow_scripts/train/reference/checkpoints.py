@@ -91,14 +91,14 @@ def neox_weights(path: str, rank: int = 0) -> dict[str, torch.Tensor]:
     ``mp_rank_XX_model_states.pt``'s ``module``, or, for a pipeline checkpoint (``module`` None), its
     ``layer_II-model_XX-model_states.pt`` files."""
     states = torch.load(os.path.join(path, f"mp_rank_{rank:02d}_model_states.pt"), map_location="cpu",
-                        weights_only=False)  # fmt: skip
+                        weights_only=False, mmap=True)  # fmt: skip
     if states.get("module") is not None:
         return states["module"]
     weights: dict[str, torch.Tensor] = {}
     suffix = f"-model_{rank:02d}-model_states.pt"
     for file in sorted(f for f in os.listdir(path) if f.startswith("layer_") and f.endswith(suffix)):
         index = int(file[len("layer_") :].split("-")[0])
-        layer = torch.load(os.path.join(path, file), map_location="cpu", weights_only=True)
+        layer = torch.load(os.path.join(path, file), map_location="cpu", weights_only=True, mmap=True)
         weights.update({f"sequential.{index}.{key}": tensor for key, tensor in layer.items()})
     if not weights:
         raise CheckpointError(f"{path}: no module in mp_rank_{rank:02d}_model_states.pt and no layer files")

@@ -1,0 +1,85 @@
+"""``snakepack hf-export``: a GPT-NeoX checkpoint of a LLaMA-shaped model back as a Hugging Face folder
+(ranks merged, sharded safetensors with an index, config, generation config, tokenizer), checked by logits;
+``transformers`` loads it offline and the tensors are the ones that went in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.utils import hf_folder
+from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import read_json
+from workflow_scripts.train import hf_layout
+from workflow_scripts.train.hf_start import read_config
+
+
+def imported(tmp_path: Path, model: Path, tp: int, pipe: bool, **config) -> tuple[Path, Path, Path]:
+    """(the Hugging Face folder, its import as global_step0, the pack config naming its model keys)."""
+    hf = hf_folder(tmp_path / "hf", model, **config)
+    ckpt = tmp_path / "ckpt" / "global_step0"
+    args = ["--hf", str(hf), "--tokenizer-model", str(model), "--out", str(ckpt), "--tp", str(tp)]
+    assert snakepack(["hf-import", *args, "--check", str(tmp_path / "import.json")] + ["--pipe"] * pipe) == 0
+    keys = hf_layout.neox_model_keys(read_config(str(hf)))
+    pack = tmp_path / "pack.yml"
+    pack.write_text(yaml.safe_dump(keys | {"seq_length": 32, "model_parallel_size": tp}), encoding="utf-8")
+    return hf, ckpt, pack
+
+
+def run_export(ckpt: Path, pack: Path, model: Path, out: Path, *extra: str) -> int:
+    args = ["--checkpoint", str(ckpt), "--config", str(pack), "--tokenizer-model", str(model)]
+    return snakepack(["hf-export", *args, "--out", str(out), "--check", f"{out}.json", *extra])
+
+
+@pytest.mark.parametrize(("tp", "pipe", "tied"), [(1, False, False), (2, True, False), (2, False, True)])
+def test_export_gives_back_the_models_tensors_and_loads_in_transformers(tmp_path, model, tp, pipe, tied):
+    import transformers
+    from safetensors.torch import load_file
+
+    hf, ckpt, pack = imported(tmp_path, model, tp, pipe, tie_word_embeddings=tied)
+    out = tmp_path / "export"
+    assert run_export(ckpt, pack, model, out, "--shard-mb", "0.05") == 0
+    index = read_json(out / "model.safetensors.index.json")
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 1 and files[-1] == f"model-{len(files):05d}-of-{len(files):05d}.safetensors"
+    back = {k: v for f in files for k, v in load_file(out / f).items()}
+    source = load_file(hf / "model.safetensors")
+    assert sorted(back) == sorted(source)
+    assert all(torch.equal(back[k], source[k]) for k in source)  # HF -> TP 2 -> HF: the same tensors
+    check = read_json(f"{out}.json")
+    assert check["ok"] and check["logits"]["max_abs"] < 1e-4 and not check["tokenizer_differs"], check
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    assert loaded.config.tie_word_embeddings is tied and loaded.config.num_key_value_heads == 2
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    assert tokenizer.eos_token_id == read_config(str(hf))["eos_token_id"]
+    assert read_json(out / "generation_config.json")["eos_token_id"] == tokenizer.eos_token_id
+    assert not list(tmp_path.glob("export.tmp"))
+
+
+def test_a_model_that_is_not_llama_shaped_is_refused_naming_the_key(tmp_path, model, capsys):
+    _, ckpt, pack = imported(tmp_path, model, 1, False)
+    pack.write_text(pack.read_text() + "norm: layernorm\n", encoding="utf-8")
+    assert run_export(ckpt, pack, model, tmp_path / "export") == 2
+    assert "norm: 'layernorm': a Hugging Face LLaMA needs 'rmsnorm'" in capsys.readouterr().err
+    assert not (tmp_path / "export").exists()
+
+
+def test_a_mapping_bug_fails_the_check_and_leaves_no_folder(tmp_path, model, capsys, monkeypatch):
+    _, ckpt, pack = imported(tmp_path, model, 1, False)
+    to_hf = hf_layout.to_hf
+
+    def swapped(get, shape):  # gate and up exchanged: the classic SwiGLU conversion bug
+        swap = {"gate_proj": "up_proj", "up_proj": "gate_proj"}
+        for name, tensor in to_hf(get, shape):
+            part = name.split(".")[-2]
+            yield name.replace(part, swap.get(part, part)), tensor
+
+    monkeypatch.setattr(hf_layout, "to_hf", swapped)
+    assert run_export(ckpt, pack, model, tmp_path / "export") == 2
+    assert "logits differ by" in capsys.readouterr().err
+    check = read_json(tmp_path / "export.json")
+    assert not check["ok"] and check["logits"]["max_abs"] > 1e-3
+    assert not (tmp_path / "export").exists()

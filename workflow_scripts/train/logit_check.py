@@ -1,0 +1,70 @@
+"""The check every model conversion records: the same tokens through the source and through the result.
+
+``reference_logits`` runs the reference model (train/reference/model) on a GPT-NeoX checkpoint folder,
+``hf_logits`` runs ``transformers`` on a Hugging Face folder, and ``compare`` gives the largest absolute
+difference and that relative to the largest logit. One model is in memory at a time; the checkpoint's
+files are memory-mapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workflow_scripts.train import hf_layout
+
+TOLERANCE = {"max_abs": 1e-3, "max_rel": 1e-3}  # fp32 logits of the same weights
+CHECK_TOKENS = 64
+
+
+def check_tokens(vocab: int, n: int, seed: int = 0) -> torch.Tensor:
+    """Two rows of ``n`` token ids below ``vocab``, the same for a seed."""
+    return torch.randint(0, vocab, (2, n), generator=torch.Generator().manual_seed(seed))
+
+
+def neox_state(ckpt: str, shape: hf_layout.Shape) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights as one rank (tensor-parallel ranks merged), under the sequential names."""
+    from workflow_scripts.train.reference.checkpoints import neox_weights
+
+    if shape.tp == 1:
+        return neox_weights(ckpt, 0)
+    ranks = [neox_weights(ckpt, r) for r in range(shape.tp)]
+    merged = dict(hf_layout.to_hf(lambda r, name: ranks[r][name], shape))
+    one = hf_layout.Shape(**{**shape.__dict__, "tp": 1})
+    return dict(hf_layout.to_neox(merged.__getitem__, one, 0))
+
+
+def reference_logits(ckpt: str, keys: dict[str, Any], shape: hf_layout.Shape, tokens: torch.Tensor):
+    """The reference model's logits (cut to the tokenizer's vocabulary) on the weights in ``ckpt``;
+    ``keys``: the model's GPT-NeoX keys."""
+    from workflow_scripts.train.reference.config import model_config
+    from workflow_scripts.train.reference.model import GPT
+
+    keys = keys | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
+    max_pos = int(keys.get("max_position_embeddings") or tokens.shape[1])
+    gpt = GPT(model_config(keys, ckpt, shape.padded_vocab_size, tokens.shape[1], max_pos))
+    gpt.load_state_dict(neox_state(ckpt, shape), strict=True)
+    with torch.no_grad():
+        return gpt.eval()(tokens)[..., : shape.vocab_size]
+
+
+def hf_logits(hf_dir: str, tokens: torch.Tensor) -> torch.Tensor:
+    """``transformers``' logits of the Hugging Face folder ``hf_dir`` (fp32, offline)."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        hf_dir, dtype=torch.float32, local_files_only=True
+    )
+    with torch.no_grad():
+        return model.eval()(tokens).logits
+
+
+def compare(got: torch.Tensor, expected: torch.Tensor) -> dict[str, float]:
+    """The largest absolute difference, and that relative to the largest expected logit."""
+    diff = float((got - expected).abs().max())
+    return {"max_abs": diff, "max_rel": diff / max(float(expected.abs().max()), 1e-12)}
+
+
+def within(result: dict[str, float]) -> bool:
+    return all(result[k] <= TOLERANCE[k] for k in TOLERANCE)
