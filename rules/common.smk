@@ -21,7 +21,7 @@ from workflow_scripts.dedup.settings import DedupSettings, pair_files
 from workflow_scripts.report import layout as report_layout
 from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 from workflow_scripts.train.chain import Chain, ChainError, Pack
-from workflow_scripts.train import job_request
+from workflow_scripts.train import checkpoint_dirs, hf_start, job_request
 from workflow_scripts.train.settings import TrainSettings, trained_keys
 
 use_this_interpreter(workflow.basedir)
@@ -47,6 +47,7 @@ TRAIN = f"{OUT}/train"
 TRAIN_LAYOUT = TrainLayout(TRAIN, LOGS)  # the train tree's names (core/train_layout.py)
 TRAIN_CONFIG_EXT = ".yml" if config["train"]["trainer"] == "neox" else ".args"
 CHECKPOINTS = config["train"]["checkpoints_dir"] or f"{TRAIN}/checkpoints"
+INIT_HF = config["train"].get("init_from", {}).get("hf")  # a Hugging Face model to start from
 SPECS = f"{DATAPACKS}/_specs"  # the plan's per-pack spec files (docs/reruns.md)
 REPORT = f"{OUT}/report"  # the charts of `snakemake --report` (rules/report.smk)
 
@@ -58,6 +59,9 @@ TOKENIZE_ARGS = shlex.join(to_args(from_config(TokenizeSettings, config["tokeniz
 
 try:  # everything knowable from the config fails here, in one line naming the key, before any job runs
     GROUPS, IMPORTS = inputs.resolve(config, SAMPLE_DIR)
+    config["train"] = hf_start.resolve(config["train"], TRAIN_LAYOUT)  # init_from.hf: its import is the start
+    if INIT_HF and not workflow.remote_exec:  # the model's tokenizer is the data's, or no job runs
+        hf_start.check_tokenizer(INIT_HF, TOKENIZER)
 except UserError as error:
     raise WorkflowError(f"config: {error}") from None
 
@@ -184,6 +188,27 @@ def get_segment_inputs(wildcards):
     data = [ancient(f"{MERGED}/{p}/{p}.{e}") for p in [wildcards.pack, *validation_packs()] for e in ("bin", "idx")]
     start = [ancient(TRAIN_LAYOUT.file(train_layout.FINETUNE_START))] if config["train"]["finetune_from"] else []
     return {"pack_keys": TRAIN_LAYOUT.keys(wildcards.pack), "previous": previous, "data": data, "start": start}
+
+
+def exports():
+    """Each Hugging Face export's name and global step (train.export), once the packs' configs exist."""
+    chain, train = train_chain(), TrainSettings.from_config(config["train"])
+    packs = {p.name: p.end for p in chain.packs}
+    try:
+        return hf_start.export_steps(packs, train.export_packs, train.export_milestones, train.milestones)
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def get_export_inputs(wildcards):
+    """An export waits for the pack that reaches its step (retention keeps pack ends and milestones)."""
+    step = exports()[wildcards.export]
+    pack = next(p for p in train_chain().packs if p.end >= step)
+    return {"done": TRAIN_LAYOUT.done(pack.name), "config": TRAIN_LAYOUT.config(pack.name, TRAIN_CONFIG_EXT)}
+
+
+def export_checkpoint(wildcards):
+    return checkpoint_dirs.of(config["train"]["trainer"]).path(CHECKPOINTS, exports()[wildcards.export])
 
 
 REPORT_CHARTS = report_layout.chart_names(bool(config["train"]["base_config"]), config["dedup"]["enabled"])

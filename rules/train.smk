@@ -18,6 +18,7 @@ checkpoint train_config:
         signature=f"{TOK}/signature.json",
         base=config["train"]["base_config"] or [],
         model=TOKENIZER,
+        hf_config=f"{INIT_HF}/config.json" if INIT_HF else [],  # its model keys fill the base config
         # SFT packs count k_bin_packed bins, from the merged packs' lengths
         merged=lambda wildcards: get_merged_packs(wildcards) if config["tokenize"]["mode"] == "sft" else [],
     output:
@@ -111,6 +112,51 @@ rule train_finetune_start:
         " --trainer {params.trainer} --last-step {params.last_step} --out {output:q} > {log:q} 2>&1"
 
 
+rule train_import:
+    """train.init_from.hf in GPT-NeoX's layout for the base config's TP and PP, its vocabulary padded as
+    GPT-NeoX pads the data tokenizer's, checked by logits (train/import/import.json). A CPU job."""
+    input:
+        model=lambda wildcards: hf_start.model_files(INIT_HF),
+        tokenizer=TOKENIZER,
+    output:
+        checkpoint=directory(TRAIN_LAYOUT.import_checkpoint),
+        check=TRAIN_LAYOUT.import_check,
+    log:
+        TRAIN_LAYOUT.log("import"),
+    params:
+        hf=INIT_HF,
+        layout=lambda wildcards: hf_start.import_args(config["train"]["base_config"]),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_scripts hf-import --hf {params.hf:q} --tokenizer-model {input.tokenizer:q}"
+        " --out {output.checkpoint:q} --check {output.check:q} {params.layout} > {log:q} 2>&1"
+
+
+rule train_export:
+    """A checkpoint of the run as a Hugging Face folder (a pack's last step, or a milestone of
+    train.export), checked by logits and tokenizer (train/export/{export}.json). A CPU job."""
+    input:
+        unpack(get_export_inputs),
+        tokenizer=TOKENIZER,
+    output:
+        folder=directory(TRAIN_LAYOUT.export("{export}")),
+        check=TRAIN_LAYOUT.export_check("{export}"),
+    log:
+        TRAIN_LAYOUT.log("export_{export}"),
+    params:
+        checkpoint=export_checkpoint,
+        source=shlex.join(["--hf-source", INIT_HF]) if INIT_HF else "",
+        shard_mb=config["train"]["export"].get("shard_mb", 5000),
+        vocab=config["train"]["export"].get("vocab", "padded"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_scripts hf-export --checkpoint {params.checkpoint:q} --config {input.config:q}"
+        " --tokenizer-model {input.tokenizer:q} --out {output.folder:q} --check {output.check:q}"
+        " {params.source} --shard-mb {params.shard_mb} --vocab {params.vocab} > {log:q} 2>&1"
+
+
 rule train_eval:
     input:
         pack_keys=TRAIN_LAYOUT.keys("{pack}"),
@@ -191,11 +237,16 @@ rule train_curve:
 
 
 rule train:
-    """Every pack trained to its last step through the segment chain (Slurm jobs with a profile); with
-    ``train.detach``, what is left of the chain submitted as sbatch jobs (train_detach)."""
+    """Every pack trained to its last step through the segment chain (Slurm jobs with a profile), and the
+    Hugging Face exports of train.export; with ``train.detach``, what is left of the chain submitted as
+    sbatch jobs (train_detach)."""
     localrule: True
     input:
-        lambda wildcards: [TRAIN_LAYOUT.detach_flag] if config["train"]["detach"] else train_chain().target(),
+        lambda wildcards: (
+            [TRAIN_LAYOUT.detach_flag]
+            if config["train"]["detach"]
+            else [*train_chain().target(), *map(TRAIN_LAYOUT.export_check, exports())]
+        ),
 
 
 rule train_detach:

@@ -41,7 +41,7 @@ def test_export_gives_back_the_models_tensors_and_loads_in_transformers(tmp_path
 
     hf, ckpt, pack = imported(tmp_path, model, tp, pipe, tie_word_embeddings=tied)
     out = tmp_path / "export"
-    assert run_export(ckpt, pack, model, out, "--shard-mb", "0.05") == 0
+    assert run_export(ckpt, pack, model, out, "--shard-mb", "0.05", "--vocab", "model") == 0
     index = read_json(out / "model.safetensors.index.json")
     files = sorted(set(index["weight_map"].values()))
     assert len(files) > 1 and files[-1] == f"model-{len(files):05d}-of-{len(files):05d}.safetensors"
@@ -57,6 +57,16 @@ def test_export_gives_back_the_models_tensors_and_loads_in_transformers(tmp_path
     assert tokenizer.eos_token_id == read_config(str(hf))["eos_token_id"]
     assert read_json(out / "generation_config.json")["eos_token_id"] == tokenizer.eos_token_id
     assert not list(tmp_path.glob("export.tmp"))
+
+
+def test_the_vocabulary_keeps_gpt_neoxs_padding_unless_cut(tmp_path, model):
+    import transformers
+
+    _, ckpt, pack = imported(tmp_path, model, 2, False)
+    assert run_export(ckpt, pack, model, tmp_path / "export") == 0  # GPT-NeoX's converter: padded
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export", local_files_only=True)
+    assert loaded.config.vocab_size == 512 == loaded.lm_head.weight.shape[0]  # 300 padded to 128 x TP 2
+    assert read_json(tmp_path / "export.json")["vocab_size"] == 512
 
 
 def test_a_model_that_is_not_llama_shaped_is_refused_naming_the_key(tmp_path, model, capsys):

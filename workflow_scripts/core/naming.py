@@ -48,6 +48,7 @@ WILDCARDS = {
     "part": r"\d+",
     "band": r"\d+",
     "chunk": r"\d+",  # a part of a list of every shard that a barrier rule writes
+    "export": rf"{PACK}|step\d+",  # a Hugging Face export: a pack's last step, or a milestone
 }
 
 _PART = re.compile(PART)

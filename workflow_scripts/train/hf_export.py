@@ -3,7 +3,7 @@
 Usage::
 
     snakepack hf-export --checkpoint CKPT/global_stepN --config PACK.yml --tokenizer-model spm.model \\
-        --out DIR --check DIR.json [--hf-source DIR] [--shard-mb 5000]
+        --out DIR --check DIR.json [--hf-source DIR] [--shard-mb 5000] [--vocab padded|model]
 
 Merges the tensor-parallel ranks (sequential or pipeline files) tensor by tensor (train/hf_layout) into
 ``model-0000k-of-0000K.safetensors`` shards of at most ``--shard-mb`` with ``model.safetensors.index.json``,
@@ -11,6 +11,11 @@ and writes ``config.json`` (``LlamaForCausalLM``, from the pack config's model k
 ``generation_config.json`` and the tokenizer: the source model's tokenizer files (``--hf-source``:
 ``train.init_from.hf``), or the data's SentencePiece model as ``transformers`` converts it. The
 checkpoint is memory-mapped, so the export holds about one shard in memory besides.
+
+The vocabulary keeps GPT-NeoX's padded size (``--vocab padded``, as GPT-NeoX's own ``convert_neox_to_hf.py``
+does): the padded rows are trained too (the softmax pushes them down), so only then is ``transformers``'
+loss the trainer's. ``--vocab model`` cuts them back to the source model's ``vocab_size`` (or the data
+tokenizer's), which gives an imported model's tensors back exactly.
 
 Then the same tokens go through the reference model on the checkpoint and through
 ``transformers.AutoModelForCausalLM`` on the folder (offline), and texts through the data's tokenizer and
@@ -166,6 +171,7 @@ def export(
     check: str,
     hf_source: str | None = None,
     shard_mb: float = 5000,
+    vocab_mode: str = "padded",
 ) -> dict[str, Any]:
     """Write the Hugging Face folder ``out`` and its check ``check``; the check's record."""
     import sentencepiece as spm
@@ -180,6 +186,7 @@ def export(
     divisible = int(keys.get("make_vocab_size_divisible_by") or NEOX_DEFAULTS["make_vocab_size_divisible_by"])
     padded = model_tokenizer.padded(size, divisible * tp)
     vocab = int(read_config(hf_source)["vocab_size"]) if hf_source else size
+    vocab = padded if vocab_mode == "padded" else vocab
     max_pos = int(keys.get("max_position_embeddings") or keys["seq_length"])
     cfg = model_config(keys, pack_config, padded, int(keys["seq_length"]), max_pos)
     try:
@@ -213,7 +220,7 @@ def export(
     texts = [*SAMPLE_TEXTS, sp.decode(tokens[0].tolist())]
     differ = tokenizer_differences(staging, data_model, texts)
     ok = within(result) and not differ
-    record = {"checkpoint": checkpoint, "config": pack_config, "out": out, "tp": tp}
+    record = {"checkpoint": checkpoint, "config": pack_config, "out": out, "tp": tp, "vocab_size": vocab}
     record |= {"tensors": len(index["weight_map"]), "bytes": index["metadata"]["total_size"]}
     record |= {"shards": len(set(index["weight_map"].values())), "tokenizer_from": tokenizer_from}
     record |= {"tokens": list(tokens.shape), "logits": result, "tolerance": TOLERANCE}
@@ -241,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", required=True, help="the check's JSON")
     parser.add_argument("--hf-source", help="the model the run started from (train.init_from.hf)")
     parser.add_argument("--shard-mb", type=float, default=5000, help="the largest safetensors shard (MB)")
+    parser.add_argument(
+        "--vocab", choices=["padded", "model"], default="padded", help="GPT-NeoX's padded vocabulary, or cut"
+    )
     args = parser.parse_args(argv)
     record = export(
         args.checkpoint,
@@ -250,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.check,
         args.hf_source,
         args.shard_mb,
+        args.vocab,
     )
     print(
         f"hf-export: {args.checkpoint} -> {args.out}: {record['tensors']} tensors in {record['shards']} "

@@ -58,11 +58,20 @@ def resolve(section: dict[str, Any], layout: TrainLayout) -> dict[str, Any]:
     return {**section, "finetune_from": layout.import_checkpoint}
 
 
-def parallel_layout(base_path: str) -> dict[str, int]:
-    """The base GPT-NeoX config's TP, PP and vocabulary padding (GPT-NeoX's defaults where unset)."""
+def model_files(hf_dir: str) -> list[str]:
+    """The folder's files an import reads: ``config.json``, the safetensors (and index), the tokenizer."""
+    names = sorted(os.listdir(hf_dir))
+    wanted = ("config.json", "model.safetensors.index.json", "tokenizer.model", "tokenizer.json")
+    return [os.path.join(hf_dir, n) for n in names if n in wanted or n.endswith(".safetensors")]
+
+
+def import_args(base_path: str) -> str:
+    """``hf-import``'s layout options from the base GPT-NeoX config (GPT-NeoX's defaults where unset):
+    ``--tp``, ``--pipe`` (``pipe_parallel_size`` >= 1: pipeline files) and ``--divisible-by``."""
     with open(base_path, encoding="utf-8") as f:
         base = {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
-    return {k: int(base.get(k) if base.get(k) is not None else v) for k, v in NEOX_DEFAULTS.items()}
+    tp, pp, divisible = (int(base.get(k) if base.get(k) is not None else v) for k, v in NEOX_DEFAULTS.items())
+    return f"--tp {tp} --divisible-by {divisible}" + (" --pipe" if pp >= 1 else "")
 
 
 def check_tokenizer(hf_dir: str, data_model: str) -> None:
