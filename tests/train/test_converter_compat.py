@@ -34,7 +34,7 @@ from safetensors.torch import load_file
 
 from tests.trainers import Trainers
 from tests.utils import tail, tiny_llama
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train import hf_config, hf_layout
 
 VOCAB = 128
 KV_HEADS = {"gqa": 2, "mha": 4}  # of 4 attention heads
@@ -77,13 +77,13 @@ def hf_tensors(model: Path) -> Tensors:
     return load_file(model / "model.safetensors")
 
 
-def hf_config(model: Path) -> dict:
+def model_config(model: Path) -> dict:
     return json.loads((model / "config.json").read_text())
 
 
 def ours(model: Path, tp: int) -> list[Tensors]:
     hf = hf_tensors(model)
-    shape = hf_layout.shape_of(hf_config(model), VOCAB, tp)
+    shape = hf_layout.shape_of(model_config(model), VOCAB, tp)
     return [dict(hf_layout.to_neox(hf.__getitem__, shape, r)) for r in range(tp)]
 
 
@@ -129,7 +129,7 @@ def test_gpt_neox_hf_import_fuses_mha_qkv_block_wise_unlike_its_attention(
     hf = hf_tensors(model)
     mine = ours(model, tp)
     got = theirs(trainers, tree, model, tmp_path / "neox", tp)
-    layers = hf_config(model)["num_hidden_layers"]
+    layers = model_config(model)["num_hidden_layers"]
     for r in range(tp):
         assert got[r].keys() == mine[r].keys(), r
         for name, tensor in mine[r].items():
@@ -145,11 +145,11 @@ def test_gpt_neox_hf_import_fuses_mha_qkv_block_wise_unlike_its_attention(
 
 def write_ours(model: Path, tp: int, out: Path) -> Path:
     """Our ranks as GPT-NeoX's sequential checkpoint (``pipe_parallel_size: 0``) and the one YAML config the
-    exporter reads: the model keys of hf_layout.neox_model_keys and what it needs besides."""
+    exporter reads: the model keys of hf_config.neox_model_keys and what it needs besides."""
     out.mkdir(parents=True)
     for r, tensors in enumerate(ours(model, tp)):
         torch.save({"module": tensors}, out / f"mp_rank_{r:02d}_model_states.pt")
-    config = hf_layout.neox_model_keys(hf_config(model)) | {
+    config = hf_config.neox_model_keys(model_config(model)) | {
         "pipe-parallel-size": 0,
         "model-parallel-size": tp,
         "tokenizer-type": "HFTokenizer",
@@ -176,9 +176,9 @@ def test_the_forks_hf_export_gives_back_the_hf_tensors_from_ours(
     args += ["--output_dir", str(out), "--architecture", "llama", "--no_save_tokenizer"]
     run = trainers.run("fork", ["-c", EXPORT, str(stub.parent), script, *args])
     assert run.returncode == 0, tail(run.stdout + run.stderr)
-    exported, config = hf_tensors(out), hf_config(out)
+    exported, config = hf_tensors(out), model_config(out)
     for key in ("intermediate_size", "num_key_value_heads", "num_attention_heads", "vocab_size"):
-        assert config[key] == hf_config(model)[key], key
+        assert config[key] == model_config(model)[key], key
     assert config["tie_word_embeddings"] is False
     expected = hf_tensors(model)
     assert exported.keys() == expected.keys()

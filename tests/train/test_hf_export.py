@@ -13,7 +13,7 @@ import yaml
 from tests.utils import hf_folder
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train import hf_config, hf_layout
 from workflow_scripts.train.hf_start import read_config
 
 
@@ -23,7 +23,7 @@ def imported(tmp_path: Path, model: Path, tp: int, pipe: bool, **config) -> tupl
     ckpt = tmp_path / "ckpt" / "global_step0"
     args = ["--hf", str(hf), "--tokenizer-model", str(model), "--out", str(ckpt), "--tp", str(tp)]
     assert snakepack(["hf-import", *args, "--check", str(tmp_path / "import.json")] + ["--pipe"] * pipe) == 0
-    keys = hf_layout.neox_model_keys(read_config(str(hf)))
+    keys = hf_config.neox_model_keys(read_config(str(hf)))
     pack = tmp_path / "pack.yml"
     pack.write_text(yaml.safe_dump(keys | {"seq_length": 32, "model_parallel_size": tp}), encoding="utf-8")
     return hf, ckpt, pack

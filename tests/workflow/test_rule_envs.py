@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "workflow_scripts"
 # import name -> distribution name, where they differ
 DISTRIBUTIONS = {"yaml": "pyyaml"}
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge's name -> PyPI's
+EXTRAS = {"train.yaml": "train"}  # the pyproject extra an env file mirrors besides the dependencies
 # what a module needs at run time without importing it by name
 RUNTIME = {"to_markdown(": "tabulate"}  # pandas' DataFrame.to_markdown imports tabulate
 
@@ -65,12 +67,14 @@ def rules() -> list[tuple[str, str, str]]:
 
 def env_packages(env: str) -> set[str]:
     deps = yaml.safe_load((REPO / "rules" / env).resolve().read_text())["dependencies"]
-    return {str(d).split()[0].lower() for d in deps}
+    names = {str(d).split()[0].lower() for d in deps}
+    return {CONDA_NAMES.get(name, name) for name in names}
 
 
-def project_packages() -> set[str]:
+def project_packages(env: str) -> set[str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return {Requirement(r).name.lower() for r in project["dependencies"]}
+    extra = project["optional-dependencies"].get(EXTRAS.get(Path(env).name, ""), [])
+    return {Requirement(r).name.lower() for r in [*project["dependencies"], *extra]}
 
 
 def test_every_command_rule_is_found() -> None:
@@ -83,9 +87,16 @@ def test_rule_env_provides_its_commands_imports(rule: str, command: str, env: st
     assert env, f"rule {rule} has no conda env"
     needed = third_party(COMMANDS[command].module)
     assert needed <= env_packages(env), f"{rule} ({env}) lacks {sorted(needed - env_packages(env))}"
-    assert needed <= project_packages(), f"pyproject.toml lacks {sorted(needed - project_packages())}"
+    project = project_packages(env)
+    assert needed <= project, f"pyproject.toml lacks {sorted(needed - project)}"
 
 
 def test_the_scan_sees_through_the_package() -> None:
     assert {"pandas", "tabulate", "pyyaml", "numpy"} <= third_party("workflow_scripts.datapacks.plan_files")
     assert "sentencepiece" in third_party("workflow_scripts.tokens.encode")
+
+
+@pytest.mark.parametrize("command", ["train-config", "status"])
+def test_light_train_commands_need_no_torch(command: str) -> None:
+    """The train config and status run for every plan and on login nodes: no torch, DeepSpeed or HF."""
+    assert not third_party(COMMANDS[command].module) & {"torch", "deepspeed", "transformers"}

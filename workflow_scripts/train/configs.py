@@ -104,12 +104,12 @@ def _number(value: Any) -> Any:
 def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length: int) -> dict[str, Any]:
     """GPT-NeoX's model keys of ``train.init_from.hf``'s ``config.json``; a key the base config sets to
     another value is an error naming both."""
-    from workflow_scripts.train import hf_layout
+    from workflow_scripts.train import hf_config
     from workflow_scripts.train.hf_start import read_config
 
     try:
-        model = hf_layout.neox_model_keys(read_config(hf_dir))
-    except hf_layout.UnsupportedModel as error:
+        model = hf_config.neox_model_keys(read_config(hf_dir))
+    except hf_config.UnsupportedModel as error:
         raise ConfigError(f"train.init_from.hf: {hf_dir}/config.json: {error}") from None
     for key, value in model.items():
         if key in base and base[key] != value:

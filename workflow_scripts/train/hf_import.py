@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.train import hf_layout, model_tokenizer
+from workflow_scripts.train import hf_config, hf_layout, model_tokenizer
 from workflow_scripts.train.hf_start import ModelImportError, read_config
 from workflow_scripts.train.logit_check import (
     CHECK_TOKENS,
@@ -120,8 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = model_tokenizer.match(args.hf, config, args.tokenizer_model)
     padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
     try:
-        shape, keys = hf_layout.shape_of(config, padded, args.tp), hf_layout.neox_model_keys(config)
-    except hf_layout.UnsupportedModel as error:
+        shape, keys = hf_layout.shape_of(config, padded, args.tp), hf_config.neox_model_keys(config)
+    except hf_config.UnsupportedModel as error:
         raise ModelImportError(f"{args.hf}/config.json: {error}") from None
     if not data.vocab_size <= shape.vocab_size <= padded:
         raise ModelImportError(

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.utils import tiny_llama
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train import hf_config, hf_layout
 from workflow_scripts.train.reference.config import model_config
 from workflow_scripts.train.reference.model import GPT
 
@@ -16,7 +16,7 @@ PADDED = 128
 
 def reference_of(hf_model) -> GPT:
     config = hf_model.config.to_dict()
-    keys = hf_layout.neox_model_keys(config) | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
+    keys = hf_config.neox_model_keys(config) | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
     gpt = GPT(model_config(keys, "test", PADDED, 32, keys["max_position_embeddings"])).eval()
     shape = hf_layout.shape_of(config, PADDED)
     state = hf_model.state_dict()

@@ -34,7 +34,7 @@ from tests.train.reference.conftest import (
 from tests.utils import REPO, build_dataset, hf_folder, tail
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.datapacks.iterations import neox_samples
-from workflow_scripts.train import finetune, hf_layout, sft
+from workflow_scripts.train import finetune, hf_config, sft
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
@@ -358,7 +358,7 @@ def test_a_llama_imported_from_hugging_face_is_fine_tuned_strictly(
     start = tmp_path / "imported" / "global_step0"
     args = ["--hf", str(hf), "--tokenizer-model", str(model), "--out", str(start), "--pipe"]
     assert snakepack(["hf-import", *args, "--check", str(tmp_path / "imported" / "import.json")]) == 0
-    keys = hf_layout.neox_model_keys(json.loads((hf / "config.json").read_text()))
+    keys = hf_config.neox_model_keys(json.loads((hf / "config.json").read_text()))
 
     def run(name: str, **shape: Any) -> subprocess.CompletedProcess:
         ckpt = tmp_path / name
