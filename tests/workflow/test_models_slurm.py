@@ -7,6 +7,7 @@ plan, naming both.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,14 @@ def test_a_hugging_face_llama_is_continued_pretrained_and_exported(slurm_cluster
     assert last["finetune"] is False
     dry = wf.ok("-n", "train", *ARGS)
     assert "Nothing to be done" in dry, tail(output + dry)
+    use_model(wf, "hf", export={"vocab": "model", "shard_mb": 1})  # docs/reruns.md: an export setting
+    assert planned_jobs(wf.ok("-n", "train", *ARGS)) == {"train_export": 2, "train": 1}
+
+
+def planned_jobs(dry_run: str) -> dict[str, int]:
+    """The job counts of a dry run's "Job stats" table, less the total."""
+    table = dry_run.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
