@@ -64,21 +64,6 @@ def test_query_key_value_is_laid_out_as_gpt_neox_reads_it():
             assert torch.equal(rank1[: 2 * d], q[2 * d : 4 * d]) and torch.equal(rank1[2 * d : 3 * d], k[d:])
 
 
-@pytest.mark.parametrize(
-    "change, field",
-    [
-        ({"attention_bias": True}, "attention_bias"),
-        ({"hidden_act": "gelu"}, "hidden_act"),
-        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope scaling"),
-        ({"model_type": "mistral"}, "model_type"),
-    ],
-)
-def test_a_config_that_cannot_carry_over_is_refused_naming_the_field(change, field):
-    config = tiny_llama().config.to_dict() | change
-    with pytest.raises(hf_layout.UnsupportedModel, match=field):
-        hf_layout.neox_model_keys(config)
-
-
 def test_a_tensor_parallel_size_the_heads_do_not_divide_is_refused():
     config = tiny_llama().config.to_dict()
     with pytest.raises(ValueError, match="num_kv_heads 2 is not divisible by the tensor parallel size 4"):
