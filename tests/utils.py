@@ -285,3 +285,45 @@ def hf_folder(root: Path, data_model: Path, **config) -> Path:
     model.save_pretrained(root)
     shutil.copy(data_model, root / "tokenizer.model")
     return root
+
+
+LLAMA3_SPLIT = (  # Llama 3's pre-tokenizer pattern
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+
+
+def byte_level_bpe(folder: Path, texts: list[str], llama3: bool = False, vocab_size: int = 600) -> Path:
+    """A byte-level BPE ``tokenizer.json`` trained here with ``tokenizers`` (GPT-2's pre-tokenizer and
+    ``<|endoftext|>``; or Llama 3's split, a template BOS ``<|begin_of_text|>`` and ``eos_token``
+    ``<|end_of_text|>``), with its ``tokenizer_config.json``. Merges are written as "a b" strings, which
+    every ``tokenizers`` release reads (GPT-NeoX pins transformers 4.38, tokenizers 0.15)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    if llama3:
+        split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT), "isolated")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
+        specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        specials = ["<|endoftext|>"]
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet)
+    tok.train_from_iterator(texts, trainer)
+    if llama3:
+        bos = (specials[0], tok.token_to_id(specials[0]))
+        tok.post_processor = processors.TemplateProcessing(single=f"{bos[0]} $A", special_tokens=[bos])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = orjson.loads(tok.to_str())
+    data["model"]["merges"] = [" ".join(m) for m in data["model"]["merges"]]
+    data["model"].pop("ignore_merges", None)
+    (folder / "tokenizer.json").write_bytes(orjson.dumps(data))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": specials[-1]}
+    if llama3:
+        config["bos_token"] = specials[0]
+    (folder / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    return folder / "tokenizer.json"

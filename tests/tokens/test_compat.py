@@ -13,7 +13,7 @@ import pytest
 import sentencepiece as spm
 
 from tests.trainers import Trainers
-from tests.utils import REPO, write_jsonl
+from tests.utils import REPO, byte_level_bpe, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,65 @@ def test_tokenize_equals_the_trainers_own_preprocessing(
     out = trainers.run("megatron" if tool == "megatron" else "neox", cmd)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ours(corpus, model, tmp_path / "ours") == read(f"{theirs}_text_document")
+
+
+SCRIPTS = ["Ελληνικά κείμενα", "русский текст", "العربية", "हिन्दी भाषा", "🙂 emoji👍🏽", "ĀāĒē"]
+SCRIPTS += ["\u2115\u2211\u222b"]  # mathematical letters and operators
+ODD = [
+    "<|endoftext|>",
+    "<|begin_of_text|>",
+    "a\u00a0b",
+    "c\u2028d",
+    "e\r\nf",
+    "g\u3000h",
+    "  \t ",
+    "x.y",
+    "z!!",
+]
+
+
+@pytest.fixture(scope="module")
+def bpe_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Multilingual text with special tokens written in it and odd whitespace (no whitespace-only record:
+    those are quarantined here, where the trainers' tools keep them)."""
+    rng = random.Random(5)
+    words = ["the", "of", "data", "Straße", "läuft", "Rīga", "東京", "データ", "1234567", *SCRIPTS, *ODD]
+    texts = [
+        "w" + "".join(rng.choice([" ", "", "  ", "\n"]) + rng.choice(words) for _ in range(30))
+        for _ in range(300)
+    ]
+    return write_jsonl(tmp_path_factory.mktemp("bpe") / "corpus.jsonl", [{"text": t} for t in texts])
+
+
+@pytest.mark.parametrize(
+    ("tool", "llama3"),
+    [("neox", False), ("megatron", False), ("megatron", True)],  # GPT-NeoX's EOD is <|endoftext|> only
+)
+def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
+    tool: str, llama3: bool, bpe_corpus: Path, tmp_path: Path, trainers: Trainers
+) -> None:
+    texts = [json.loads(line)["text"] for line in bpe_corpus.read_text(encoding="utf-8").split("\n") if line]
+    model = byte_level_bpe(tmp_path / "tok", texts[:100], llama3=llama3)
+    theirs = tmp_path / tool
+    if tool == "megatron":
+        args = ["tools/preprocess_data.py", "--tokenizer-type", "HuggingFaceTokenizer"]
+        args += ["--tokenizer-model", str(model.parent), "--json-keys", "text"]
+    else:
+        args = ["tools/datasets/preprocess_data.py", "--tokenizer-type", "HFTokenizer"]
+        args += ["--vocab-file", str(model), "--jsonl-keys", "text"]
+    args += ["--input", str(bpe_corpus), "--output-prefix", str(theirs), "--append-eod", "--workers", "1"]
+    out = trainers.run(tool, args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert ours(bpe_corpus, model, tmp_path / "ours") == read(f"{theirs}_text_document")
+    from workflow_scripts.core.indexed_dataset import IndexedDataset
+    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+
+    tok = HFTokenizer(model)
+    docs = IndexedDataset(f"{tmp_path / 'ours'}_text_document")
+    first = [int(i) for i in docs[0]]
+    assert first[-1] == tok.eod()[0] and (first[0] == tok.backend.token_to_id("<|begin_of_text|>")) == llama3
+    spelled = sum(int((docs[i] == tok.token_id(ODD[int(llama3)])).sum()) for i in range(len(docs)))
+    assert spelled > len(docs) * (not llama3)  # a special token written in the text is that token
 
 
 READ = r"""

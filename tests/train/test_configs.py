@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.utils import byte_level_bpe
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.schedule import ScheduleError
 from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 from workflow_scripts.train import configs
 from workflow_scripts.train.settings import TrainSettings
 
@@ -206,6 +208,32 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
     assert not any(x.startswith(("--iteration-offset", "--warmup", "--keep-last")) for x in lines)
     with pytest.raises(configs.ConfigError, match="Megatron-LM's GPTSentencePieceTokenizer takes EOD"):
         write_u1(2)
+
+
+@pytest.mark.parametrize("llama3", [False, True], ids=["endoftext", "eos_token"])
+def test_a_tokenizer_json_names_the_trainers_hf_tokenizer_and_its_eod(tmp_path: Path, llama3: bool) -> None:
+    model = byte_level_bpe(tmp_path / "tok", ["some text to learn from, twice"] * 4, llama3=llama3)
+    eod = HFTokenizer(model).eod()[0]
+    if llama3:  # GPT-NeoX's HFTokenizer takes <|endoftext|>, which this tokenizer lacks
+        with pytest.raises(configs.ConfigError, match=r"GPT-NeoX's HFTokenizer takes EOD = token_to_id"):
+            write(tmp_path, model, BASE, SEED_000, "U1_1", eod=eod)
+    else:
+        config, _ = write(tmp_path, model, BASE, SEED_000, "U1_1", eod=eod)
+        assert (config["tokenizer_type"], config["vocab_file"]) == ("HFTokenizer", str(model))
+        with pytest.raises(configs.ConfigError, match=r"ends documents with id 5 .*HFTokenizer takes EOD"):
+            write(tmp_path, model, BASE, SEED_000, "U1_1", eod=5)
+    base = tmp_path / "base.args"
+    base.write_text(
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192\n"
+        "--global-batch-size 576 --micro-batch-size 3 --tensor-model-parallel-size 2\n"
+    )
+    settings = TrainSettings.from_config({**SEED_000, "trainer": "megatron", "base_config": str(base)})
+    args = [plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, str(model)]
+    configs.write_pack_config(*args, str(tmp_path / "train"), "/scratch/ckpt", 1234)
+    lines = (tmp_path / "train" / "U1_1" / "U1_1.args").read_text().splitlines()
+    assert "--tokenizer-type HuggingFaceTokenizer" in lines and f"--tokenizer-model {model.parent}" in lines
+    with pytest.raises(configs.ConfigError, match="Megatron-LM's HuggingFaceTokenizer takes EOD = eos_token"):
+        configs.write_pack_config(*args[:1], signature(eod + 1), *args[2:], str(tmp_path / "t2"), "/c", 1)
 
 
 SEED_004_ROUNDS = [{"interval": 10, "until": 100}, {"interval": 18, "until": 1000}, {"interval": 1500}]

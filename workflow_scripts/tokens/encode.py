@@ -70,7 +70,7 @@ from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, r
 from workflow_scripts.tokens.reader import REASONS, Reject, pop_long, prefetch, read_batches
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter
-from workflow_scripts.tokens.tokenizer import Tokenizer
+from workflow_scripts.tokens.tokenizer import Tokenizer, load_tokenizer
 
 DEFAULTS = TokenizeSettings()
 
@@ -202,7 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="jsonl shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")
-    parser.add_argument("--tokenizer-model", required=True, help="SentencePiece .model file")
+    parser.add_argument(
+        "--tokenizer-model", required=True, help="SentencePiece .model file or Hugging Face tokenizer.json"
+    )
     parser.add_argument("--json-keys", nargs="+", default=["text"], help="the text field (exactly one)")
     settings.add_arguments(parser, TokenizeSettings, "tokenize settings")
     return parser
@@ -216,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("exactly one --json-keys value is supported (one output per run)")
     if opts.threads < 1 or opts.batch_mb <= 0:
         parser.error("--threads must be >= 1 and --batch-mb > 0")
-    tokenizer = Tokenizer(args.tokenizer_model)
+    tokenizer = load_tokenizer(args.tokenizer_model)
     resolved = resolve_settings(
         tokenizer,
         json_key=args.json_keys[0],

@@ -74,7 +74,7 @@ def encode_sft(
     """Encode SFT texts: spans between markers batched through SentencePiece, markers as their ids."""
     layouts = [splitter.split(t) for t in texts]
     spans = [part for layout in layouts for part, is_marker in layout if not is_marker]
-    flat, span_lengths = tokenizer.encode_flat(spans, threads)
+    flat, span_lengths = tokenizer.encode_flat(spans, threads, specials=False)  # markers frame the spans
     ends = np.cumsum(span_lengths)
     pieces: list[np.ndarray] = []
     lengths = np.zeros(len(texts), np.int64)

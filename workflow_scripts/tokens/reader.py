@@ -17,8 +17,8 @@ import orjson
 
 from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.tokens.framing import RecordSettings
+from workflow_scripts.tokens.settings import LONG_CHARS
 from workflow_scripts.tokens.sft import MarkerSplitter
-from workflow_scripts.tokens.tokenizer import LONG_CHARS
 
 REASONS = (
     "malformed_json",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from workflow_scripts.core.settings import setting
 
 EOD_PIECE = "<|endoftext|>"  # GPT-NeoX's EOD piece; the trained tokenizer's EOS
+LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import itertools
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
@@ -31,17 +32,28 @@ import sentencepiece as spm
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import best_dtype
 from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
-from workflow_scripts.tokens.settings import EOD_PIECE
+from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
-LONG_CHARS = 1 << 22  # documents longer than this (4 Mi characters) are encoded in pieces
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
 
 class TokenizerError(UserError, ValueError):
     """A tokenizer model or token specification that cannot be used."""
 
 
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer | HFTokenizer:
+    """The tokenizer in ``path``: a Hugging Face ``tokenizer.json`` (tokens/hf_tokenizer), else a
+    SentencePiece model."""
+    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer, is_tokenizer_json
+
+    return HFTokenizer(path) if is_tokenizer_json(os.fspath(path)) else Tokenizer(path)
+
+
 class Tokenizer:
     """A SentencePiece model with validated token lookup and batched encoding to flat numpy arrays."""
+
+    kind = "sentencepiece"
 
     def __init__(self, model_path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(model_path)
@@ -165,9 +177,11 @@ class Tokenizer:
         for piece in self.pieces(text, LONG_CHARS):
             yield np.asarray(self.sp.encode(piece), np.int32)
 
-    def encode_flat(self, texts: Sequence[str], threads: int) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(
+        self, texts: Sequence[str], threads: int, specials: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return all ids concatenated (int32, or the output dtype through the fast path)
-        and the per-text lengths (int64)."""
+        and the per-text lengths (int64). ``specials`` is for other kinds (SentencePiece adds none)."""
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         texts = list(texts)

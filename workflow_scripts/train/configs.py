@@ -39,6 +39,7 @@ from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.core.train_layout import TrainLayout
+from workflow_scripts.tokens.hf_tokenizer import HFTokenizer, is_tokenizer_json
 from workflow_scripts.train import lint, summary
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
@@ -125,6 +126,22 @@ def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length:
     return model
 
 
+def _check_hf_eod(eod: int, tok: HFTokenizer, trainer: str) -> None:
+    """GPT-NeoX's ``HFTokenizer`` takes EOD = ``<|endoftext|>``, Megatron-LM's ``HuggingFaceTokenizer`` the
+    ``eos_token`` of the folder's ``tokenizer_config.json``: either must be the id the data ends with."""
+    if trainer == "neox":
+        theirs, rule = tok.backend.token_to_id(NEOX_EOD_PIECE), f"token_to_id('{NEOX_EOD_PIECE}')"
+    else:
+        eos = tok.eos_token()
+        theirs, rule = (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
+    if theirs != eod:
+        name = "GPT-NeoX's HFTokenizer" if trainer == "neox" else "Megatron-LM's HuggingFaceTokenizer"
+        raise ConfigError(
+            f"the data ends documents with id {eod} ({tok.piece(eod)!r}), but {name} takes EOD = {rule} = "
+            f"{theirs} with {tok.path}: end-of-document masking would point at the wrong token"
+        )
+
+
 # --- checks against the plan --------------------------------------------------------------------------------
 
 
@@ -174,7 +191,9 @@ def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> 
     if len(ids) != 1:
         return None
     eod = ids.pop()
-    if trainer == "megatron" and eod is not None:
+    if eod is not None and is_tokenizer_json(tokenizer_model):
+        _check_hf_eod(eod, HFTokenizer(tokenizer_model), trainer)
+    elif trainer == "megatron" and eod is not None:
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
@@ -183,7 +202,7 @@ def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> 
                 f"the data ends documents with id {eod}, but Megatron-LM's GPTSentencePieceTokenizer takes "
                 f"EOD = the model's EOS {sp.eos_id()} with {tokenizer_model}"
             )
-    if trainer == "neox" and eod is not None:
+    elif trainer == "neox" and eod is not None:
         import sentencepiece as spm
 
         sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
@@ -260,7 +279,10 @@ def pack_keys(
     keys.set("save", checkpoints, "one checkpoint directory for the whole run (the trainer's own layout)")
     keys.set("load", checkpoints, "resume from its latest checkpoint")
     keys.set("vocab_file", tokenizer_model, "the tokenizer the data was made with")
-    keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
+    if is_tokenizer_json(tokenizer_model):
+        keys.set("tokenizer_type", "HFTokenizer", "a Hugging Face tokenizer.json")
+    else:
+        keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
     keys.set("seed", seed, "the workflow's seed")
     overrides = train.phase_overrides.get(pack["phase"], {})
     given = overrides.get("checkpoint_factor")
@@ -342,7 +364,11 @@ def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: 
             continue
         args[MEGATRON_NAMES.get(key, key)] = value
     args["train_iters"] = keys.values["iteration_offset"] + keys.values["train_iters"]
-    args["tokenizer_type"] = "GPTSentencePieceTokenizer"
+    if is_tokenizer_json(args["tokenizer_model"]):  # AutoTokenizer reads the folder
+        args["tokenizer_type"] = "HuggingFaceTokenizer"
+        args["tokenizer_model"] = os.path.dirname(args["tokenizer_model"]) or "."
+    else:
+        args["tokenizer_type"] = "GPTSentencePieceTokenizer"
     start = schedule.start_offset(train.finetune_from, train.trainer)
     boundaries = [start + p["iteration_offset"] for p in plan["packs"][1:]]
     if boundaries:

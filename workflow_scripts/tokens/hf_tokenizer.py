@@ -1,0 +1,178 @@
+"""A Hugging Face ``tokenizer.json`` (byte-level BPE and the like), encoded as the trainers' own
+preprocessing encodes it: GPT-NeoX's ``HFTokenizer`` (``Tokenizer.from_file(...).encode(text).ids``) and
+Megatron-LM's ``HuggingFaceTokenizer`` (``AutoTokenizer(...)(text).input_ids``) both let the tokenizer's
+post-processor add its special tokens (a template's BOS) and read a special token written in the text as
+that token; so does this, to give the same ids.
+
+EOD (``eod``): ``auto`` picks ``<|endoftext|>`` when the tokenizer has that token (GPT-NeoX's
+``HFTokenizer`` rule), else the ``eos_token`` of the ``tokenizer_config.json`` beside it (Megatron-LM's
+``HuggingFaceTokenizer`` rule), else it is an error; a token or ``id:N`` overrides the rule.
+
+Encoding: the ``tokenizers`` library's ``encode_batch_fast`` on ``threads`` threads (its Rayon pool is
+sized once per process, from ``RAYON_NUM_THREADS``). A document over ``LONG_CHARS`` characters is encoded
+piece by piece, cut before a space that follows a non-space (where byte-level pre-tokenizers start a word
+anyway), the post-processor's tokens added once around the whole; a cut that has to fall elsewhere, or a
+tokenizer for which that cut changes the ids, is counted (``unsafe_cuts``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer as Backend
+
+from workflow_scripts.core.cli import UserError
+from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
+
+CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
+
+
+class HFTokenizerError(UserError, ValueError):
+    """A tokenizer.json or token specification that cannot be used."""
+
+
+def is_tokenizer_json(path: str) -> bool:
+    """Whether ``path`` is a Hugging Face ``tokenizer.json`` (JSON with a ``model``), read cheaply."""
+    with open(path, "rb") as f:
+        if f.read(1) != b"{":
+            return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            return "model" in json.load(f)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+class HFTokenizer:
+    """A ``tokenizer.json`` with validated token lookup and batched encoding to flat numpy arrays."""
+
+    kind = "hf"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        try:
+            self.backend = Backend.from_file(self.path)
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise HFTokenizerError(f"{self.path}: cannot load the Hugging Face tokenizer: {exc}") from None
+        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+        self.unsafe_cuts = 0
+        self.fast_plan = (None, "a Hugging Face tokenizer.json: the tokenizers library encodes every text")
+
+    @contextlib.contextmanager
+    def fast_encoding(
+        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
+    ) -> Iterator[None]:
+        """No unit memo for this kind (it is SentencePiece's): ``encode_flat`` uses the library."""
+        yield None
+
+    def token_id(self, spec: str) -> int:
+        """The id of a token, or of ``id:N``; a token missing from the tokenizer is an error."""
+        if spec.startswith("id:"):
+            try:
+                token = int(spec[3:])
+            except ValueError:
+                raise HFTokenizerError(f"bad token id spec {spec!r} (expected id:N)") from None
+            if not 0 <= token < self.vocab_size:
+                raise HFTokenizerError(
+                    f"token {spec} is outside the vocabulary of {self.path} (0..{self.vocab_size - 1})"
+                )
+            return token
+        token = self.backend.token_to_id(spec)
+        if token is None:
+            raise HFTokenizerError(f"token {spec!r} is not in {self.path}")
+        return token
+
+    def piece(self, token: int | None) -> str | None:
+        """The token string of ``token`` (None for None or an id the tokenizer does not have)."""
+        return None if token is None else self.backend.id_to_token(token)
+
+    def eos_token(self) -> str | None:
+        """The ``eos_token`` of the ``tokenizer_config.json`` beside the file, if any."""
+        config = os.path.join(os.path.dirname(self.path), "tokenizer_config.json")
+        if not os.path.isfile(config):
+            return None
+        with open(config, encoding="utf-8") as f:
+            eos = json.load(f).get("eos_token")
+        return eos.get("content") if isinstance(eos, dict) else eos
+
+    def eod(self, spec: str = "auto") -> tuple[int, str]:
+        """The EOD id for ``spec`` and the rule that chose it (see the module docstring)."""
+        if spec != "auto":
+            return self.token_id(spec), f"given {spec!r}"
+        if (eod := self.backend.token_to_id(EOD_PIECE)) is not None:
+            return eod, f"auto: the tokenizer has {EOD_PIECE!r}"
+        eos = self.eos_token()
+        if eos is not None and (eod := self.backend.token_to_id(eos)) is not None:
+            return eod, f"auto: tokenizer_config.json's eos_token {eos!r} (no {EOD_PIECE!r} token)"
+        raise HFTokenizerError(
+            f"{self.path}: no EOD token: no {EOD_PIECE!r} token and no eos_token in a tokenizer_config.json "
+            "beside it; set tokenize.eod_piece to a token or id:N"
+        )
+
+    @functools.cached_property
+    def specials(self) -> tuple[list[int], list[int]]:
+        """The ids the post-processor adds before and after a text's own (a template's BOS, say)."""
+        plain = self.backend.encode("a", add_special_tokens=False).ids
+        full = self.backend.encode("a", add_special_tokens=True).ids
+        start = next(i for i in range(len(full)) if full[i : i + len(plain)] == plain)
+        return full[:start], full[start + len(plain) :]
+
+    @functools.cached_property
+    def splits_safely(self) -> bool:
+        """Whether cutting before a space that follows a non-space keeps this tokenizer's ids."""
+        probe = "ab  cd ef gh   ij k\tl\nmn  x.y z, 12 3 東京 ü ß. \n  a"  # a space in every 5 characters
+        whole = self.backend.encode(probe, add_special_tokens=False).ids
+        return [i for p in self._cuts(probe, 6) for i in self._plain(p[0])] == whole
+
+    def _plain(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def _cuts(self, text: str, size: int) -> Iterator[tuple[str, bool | None]]:
+        """(piece, whether the cut after it is before a space that follows a non-space; None: the last)."""
+        start = 0
+        while len(text) - start > size:
+            cuts = [m.start() for m in CUT.finditer(text, start + 1, start + size)]
+            if not cuts:
+                yield text[start : start + size], False
+                start += size
+                continue
+            yield text[start : cuts[-1]], True
+            start = cuts[-1]
+        yield text[start:], None
+
+    def encode_long(self, text: str) -> Iterator[np.ndarray]:
+        """The ids of a document too long to encode at once, piece by piece (see the module docstring)."""
+        before, after = self.specials
+        yield np.asarray(before, np.int32)
+        for piece, safe in self._cuts(text, LONG_CHARS):
+            if safe is not None and not (safe and self.splits_safely):
+                self.unsafe_cuts += 1
+            yield np.asarray(self._plain(piece), np.int32)
+        yield np.asarray(after, np.int32)
+
+    def encode_flat(
+        self, texts: Sequence[str], threads: int, specials: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Encode ``texts`` (with the post-processor's tokens unless ``specials`` is False); return all ids
+        concatenated (int32) and the per-text lengths (int64)."""
+        if not texts:
+            return np.empty(0, np.int32), np.empty(0, np.int64)
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pool starts
+        if any(len(t) > LONG_CHARS for t in texts):
+            arrays = [
+                np.concatenate(list(self.encode_long(t)))
+                if len(t) > LONG_CHARS
+                else self.encode_flat([t], threads, specials)[0]
+                for t in texts
+            ]
+        else:
+            encodings = self.backend.encode_batch_fast(list(texts), add_special_tokens=specials)
+            arrays = [np.asarray(e.ids, np.int32) for e in encodings]
+        lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        return np.concatenate(arrays), lengths
