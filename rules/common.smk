@@ -19,6 +19,7 @@ from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.dedup.settings import DedupSettings, pair_files
 from workflow_scripts.report import layout as report_layout
+from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 from workflow_scripts.train.chain import Chain, ChainError, Pack
 from workflow_scripts.train import checkpoint_dirs, hf_start, job_request
@@ -40,7 +41,6 @@ DEDUP_WORK = f"{DEDUP}/_work"
 ASSIGN = f"{DEDUP_WORK}/assign"  # the cluster step's per-shard store (docs/reruns.md)
 CORPUS = DEDUP if config["dedup"]["enabled"] else SHARDS  # what the tokenizer reads
 TOK = f"{OUT}/tokenized"
-TOKENIZER = config["tokenizer"]["model"] or f"{OUT}/tokenizer/spm.model"
 DATAPACKS = f"{OUT}/datapacks"
 MERGED = f"{OUT}/merged"
 TRAIN = f"{OUT}/train"
@@ -58,6 +58,10 @@ TOKENIZE_ARGS = shlex.join(to_args(from_config(TokenizeSettings, config["tokeniz
 
 
 try:  # everything knowable from the config fails here, in one line naming the key, before any job runs
+    TOKENIZER_FILES = kinds.from_config(config["tokenizer"], f"{OUT}/tokenizer")  # given, or trained
+    TOKENIZER = TOKENIZER_FILES.model
+    TOKENIZER_MERGES = [TOKENIZER_FILES.merges] if TOKENIZER_FILES.merges else []  # GPT-2's second file
+    TOKENIZER_OPTS = shlex.join(kinds.options(TOKENIZER_FILES, config["tokenizer"]["type"]))  # beyond the model
     GROUPS, IMPORTS = inputs.resolve(config, SAMPLE_DIR)
     config["train"] = hf_start.resolve(config["train"], TRAIN_LAYOUT)  # init_from.hf: its import is the start
     if INIT_HF and not workflow.remote_exec:  # the model's tokenizer is the data's, or no job runs

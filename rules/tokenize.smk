@@ -41,10 +41,31 @@ rule train_tokenizer:
         " --threads 1 > {log:q} 2>&1"
 
 
+rule train_hf_tokenizer:
+    input:
+        f"{CORPUS}/corpus.txt",
+    output:
+        model=f"{OUT}/tokenizer/tokenizer.json",
+        config=f"{OUT}/tokenizer/tokenizer_config.json",
+    log:
+        f"{LOGS}/tokenizer/train_hf.log",
+    benchmark:
+        f"{BENCH}/tokenizer/train_hf.tsv"
+    params:
+        out_dir=lambda wildcards, output: os.path.dirname(output.model),
+        settings=TOKENIZER_ARGS,
+    conda:
+        "../envs/tokenize.yaml"
+    shell:
+        "python -m workflow_scripts train-tokenizer @{input:q} --kind hf-bpe --output-dir {params.out_dir:q}"
+        " {params.settings} > {log:q} 2>&1"
+
+
 rule tokenize:
     input:
         shard=f"{CORPUS}/{{group}}/{SHARD}{SHARD_EXT}",
         model=TOKENIZER,
+        merges=TOKENIZER_MERGES,
     output:
         multiext(f"{TOK}/{naming.tokenized_prefix(SHARD)}", ".bin", ".idx", ".stats.json", ".quarantine.jsonl"),
     log:
@@ -53,7 +74,7 @@ rule tokenize:
         f"{BENCH}/tokenize/{SHARD}.tsv"
     params:
         prefix=lambda wildcards: f"{TOK}/{naming.shard_name(wildcards.group, wildcards.split)}",
-        settings=TOKENIZE_ARGS,
+        settings=f"{TOKENIZE_ARGS} {TOKENIZER_OPTS}".rstrip(),  # the tokenizer's options: GPT-2's merges
     threads: config["tokenize"]["threads"]
     conda:
         "../envs/tokenize.yaml"
@@ -67,6 +88,7 @@ rule import_tokenized:
         bin=lambda wildcards: f"{IMPORTS[wildcards.imported].prefix}.bin",
         idx=lambda wildcards: f"{IMPORTS[wildcards.imported].prefix}.idx",
         model=lambda wildcards: IMPORTS[wildcards.imported].tokenizer_model,
+        merges=lambda wildcards: TOKENIZER_MERGES if IMPORTS[wildcards.imported].tokenizer_model == TOKENIZER else [],
     output:
         multiext(f"{TOK}/{naming.tokenized_prefix('{imported}')}", ".bin", ".idx", ".stats.json"),
     log:
@@ -76,6 +98,7 @@ rule import_tokenized:
         prefix=lambda wildcards: f"{TOK}/{naming.tokenized_prefix(wildcards.imported)}",
         checks=lambda wildcards: shlex.join(
             ["--eod", IMPORTS[wildcards.imported].eod, *(["--bos", b] if (b := IMPORTS[wildcards.imported].bos) else [])]
+            + (shlex.split(TOKENIZER_OPTS) if IMPORTS[wildcards.imported].tokenizer_model == TOKENIZER else [])
         ),
     conda:
         "../envs/tokenize.yaml"

@@ -18,6 +18,7 @@ checkpoint train_config:
         signature=f"{TOK}/signature.json",
         base=config["train"]["base_config"] or [],
         model=TOKENIZER,
+        merges=TOKENIZER_MERGES,
         hf_config=f"{INIT_HF}/config.json" if INIT_HF else [],  # its model keys fill the base config
         # SFT packs count k_bin_packed bins, from the merged packs' lengths
         merged=lambda wildcards: get_merged_packs(wildcards) if config["tokenize"]["mode"] == "sft" else [],
@@ -32,12 +33,14 @@ checkpoint train_config:
         checkpoints=CHECKPOINTS,
         seed=config["seed"],
         mode=config["tokenize"]["mode"],
+        tokenizer=TOKENIZER_OPTS,
         out_dir=lambda wildcards, output: os.path.dirname(os.path.dirname(output.config)),
     conda:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts train-config --plan {input.plan:q} --signature {input.signature:q}"
-        " --pack {wildcards.pack} --tokenizer-model {input.model:q} --out-dir {params.out_dir:q} --mode {params.mode}"
+        " --pack {wildcards.pack} --tokenizer-model {input.model:q} {params.tokenizer} --out-dir {params.out_dir:q}"
+        " --mode {params.mode}"
         " --checkpoints {params.checkpoints:q} --seed {params.seed} --train-json {params.train:q} > {log:q} 2>&1"
 
 

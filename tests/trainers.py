@@ -74,10 +74,13 @@ class Trainers:
         """The source folder of ``neox``, ``fork`` or ``megatron``."""
         return next((self.root / "src").glob(f"{TREES[name]}*/*"))
 
-    def run(self, name: str, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        """``python argv`` in the tree's folder with the tree on the path; never raises on failure."""
+    def run(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None, **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
+        """``python argv`` in the tree's folder with the tree on the path (``env``: more variables); never
+        raises on failure."""
         src = self.tree(name)
-        env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore"}
+        env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore", **(env or {})}
         return subprocess.run(
             [self.python, *argv], cwd=src, env=env, capture_output=True, text=True, check=False, **kwargs
         )

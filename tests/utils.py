@@ -327,3 +327,15 @@ def byte_level_bpe(folder: Path, texts: list[str], llama3: bool = False, vocab_s
         config["bos_token"] = specials[0]
     (folder / "tokenizer_config.json").write_bytes(orjson.dumps(config))
     return folder / "tokenizer.json"
+
+
+def gpt2_pair(tokenizer_json: Path, folder: Path) -> tuple[Path, Path]:
+    """A GPT-2-style byte-level BPE ``tokenizer.json`` as GPT-2's ``vocab.json`` + ``merges.txt`` pair
+    (``gpt2-vocab.json``, ``gpt2-merges.txt``, as Megatron-LM's runbooks name them)."""
+    model = orjson.loads(tokenizer_json.read_bytes())["model"]
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab, merges = folder / "gpt2-vocab.json", folder / "gpt2-merges.txt"
+    vocab.write_bytes(orjson.dumps(model["vocab"]))
+    lines = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    merges.write_text("#version: 0.2\n" + "".join(f"{m}\n" for m in lines), encoding="utf-8")
+    return vocab, merges

@@ -13,7 +13,7 @@ import pytest
 import sentencepiece as spm
 
 from tests.trainers import Trainers
-from tests.utils import REPO, byte_level_bpe, write_jsonl
+from tests.utils import REPO, byte_level_bpe, gpt2_pair, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +163,44 @@ def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
     assert first[-1] == tok.eod()[0] and (first[0] == tok.backend.token_to_id("<|begin_of_text|>")) == llama3
     spelled = sum(int((docs[i] == tok.token_id(ODD[int(llama3)])).sum()) for i in range(len(docs)))
     assert spelled > len(docs) * (not llama3)  # a special token written in the text is that token
+
+
+def hub_gpt2(cache: Path) -> dict[str, str]:
+    """An offline Hugging Face hub cache holding ``gpt2``'s config files only (no tokenizer.json), and the
+    variables that make transformers read it: Megatron-LM's ``GPT2BPETokenizer`` at this pin is
+    ``AutoTokenizer.from_pretrained("gpt2", vocab_file=..., merges_file=...)``."""
+    snapshot = cache / "models--gpt2" / "snapshots" / "0"
+    snapshot.mkdir(parents=True)
+    (cache / "models--gpt2" / "refs").mkdir()
+    (cache / "models--gpt2" / "refs" / "main").write_text("0")
+    (snapshot / "config.json").write_text('{"model_type": "gpt2"}')
+    (snapshot / "tokenizer_config.json").write_text('{"model_max_length": 1024}')
+    return {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@pytest.mark.parametrize("tool", ["neox", "megatron"])
+def test_a_gpt2_vocab_and_merges_encode_as_the_trainers_gpt2_bpe_tokenizer(
+    tool: str, bpe_corpus: Path, tmp_path: Path, trainers: Trainers
+) -> None:
+    texts = [json.loads(line)["text"] for line in bpe_corpus.read_text(encoding="utf-8").split("\n") if line]
+    vocab, merges = gpt2_pair(byte_level_bpe(tmp_path / "tok", texts[:100]), tmp_path / "gpt2")
+    theirs = tmp_path / tool
+    script = "tools/preprocess_data.py" if tool == "megatron" else "tools/datasets/preprocess_data.py"
+    args = [script, "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(vocab), "--merge-file"]
+    args += [str(merges), "--json-keys" if tool == "megatron" else "--jsonl-keys", "text"]
+    args += ["--input", str(bpe_corpus), "--output-prefix", str(theirs), "--append-eod", "--workers", "1"]
+    out = trainers.run(tool, args, env=hub_gpt2(tmp_path / "hub"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert ours(bpe_corpus, vocab, tmp_path / "ours") == read(f"{theirs}_text_document")
+    from workflow_scripts.core.indexed_dataset import IndexedDataset
+    from workflow_scripts.tokens.kinds import TokenizerFiles
+
+    tok = TokenizerFiles.resolve(str(vocab)).load()
+    assert tok.kind == "gpt2" and tok.merges == str(merges)
+    docs = IndexedDataset(f"{tmp_path / 'ours'}_text_document")
+    eod = tok.eod()[0]
+    assert int(docs[0][-1]) == eod
+    assert sum(int((docs[i] == eod).sum()) for i in range(len(docs))) > 2 * len(docs)  # spelled in text
 
 
 READ = r"""

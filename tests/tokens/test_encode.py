@@ -435,7 +435,7 @@ def test_inspect_shows_text_pieces_ids_and_counts(tokenizer: Tokenizer, model: P
     )
     _, prefix = run_tokenize(tokenizer, src, tmp_path / "out", eod="<|endoftext|>")
     out = io.StringIO()
-    inspect_tool.show(IndexedDataset(prefix), 1, tokenizer.sp, out)
+    inspect_tool.show(IndexedDataset(prefix), 1, tokenizer, out)
     lines = out.getvalue().splitlines()
     ids = [*tokenizer.sp.encode("hello world"), tokenizer.token_id("<|endoftext|>")]
     assert lines == [

@@ -13,7 +13,6 @@ import pytest
 from tests.utils import byte_level_bpe
 from workflow_scripts.tokens import hf_tokenizer
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer, HFTokenizerError
-from workflow_scripts.tokens.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 TEXTS = [
     "The data of Rīga läuft über 東京. Straße, x.y  z!!\n\n  spaces\tand\ttabs 12345 🙂 <|endoftext|> done",
@@ -24,14 +23,6 @@ TEXTS = [
 @pytest.fixture(scope="module", params=[False, True], ids=["gpt2", "llama3"])
 def tok(request, tmp_path_factory) -> HFTokenizer:
     return HFTokenizer(byte_level_bpe(tmp_path_factory.mktemp("tok"), TEXTS, llama3=request.param))
-
-
-def test_load_tokenizer_tells_the_kind_from_the_file(tok: HFTokenizer, tmp_path: Path) -> None:
-    assert isinstance(load_tokenizer(tok.path), HFTokenizer)
-    (tmp_path / "x.model").write_bytes(b"\n\x0b")
-    with pytest.raises(TokenizerError, match="cannot load SentencePiece model"):
-        load_tokenizer(tmp_path / "x.model")
-    assert Tokenizer.kind == "sentencepiece" and tok.kind == "hf"
 
 
 def test_eod_is_endoftext_else_the_configs_eos_token_else_an_error(tok: HFTokenizer, tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.utils import byte_level_bpe
+from tests.utils import byte_level_bpe, gpt2_pair
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.schedule import ScheduleError
 from workflow_scripts.datapacks.iterations import train_iters
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import configs
 from workflow_scripts.train.settings import TrainSettings
 
@@ -89,7 +90,7 @@ def write(tmp_path: Path, model: Path, base: dict, train: dict, pack: str, eod: 
         pack,
         str(base_path),
         settings,
-        str(model),
+        TokenizerFiles.resolve(str(model)),
         str(tmp_path / "train"),
         "/scratch/ckpt",
         1234,
@@ -185,8 +186,8 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
 
     def write_u1(eod: int) -> None:
         configs.write_pack_config(
-            plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, str(model),
-            str(tmp_path / "train"), "/scratch/ckpt", 1234,
+            plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings,
+            TokenizerFiles.resolve(str(model)), str(tmp_path / "train"), "/scratch/ckpt", 1234,
         )  # fmt: skip
 
     write_u1(3)
@@ -228,12 +229,39 @@ def test_a_tokenizer_json_names_the_trainers_hf_tokenizer_and_its_eod(tmp_path: 
         "--global-batch-size 576 --micro-batch-size 3 --tensor-model-parallel-size 2\n"
     )
     settings = TrainSettings.from_config({**SEED_000, "trainer": "megatron", "base_config": str(base)})
-    args = [plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, str(model)]
+    files = TokenizerFiles.resolve(str(model))
+    args = [plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, files]
     configs.write_pack_config(*args, str(tmp_path / "train"), "/scratch/ckpt", 1234)
     lines = (tmp_path / "train" / "U1_1" / "U1_1.args").read_text().splitlines()
     assert "--tokenizer-type HuggingFaceTokenizer" in lines and f"--tokenizer-model {model.parent}" in lines
     with pytest.raises(configs.ConfigError, match="Megatron-LM's HuggingFaceTokenizer takes EOD = eos_token"):
         configs.write_pack_config(*args[:1], signature(eod + 1), *args[2:], str(tmp_path / "t2"), "/c", 1)
+
+
+def test_a_gpt2_pair_names_the_trainers_gpt2_bpe_tokenizer_and_both_files(tmp_path: Path) -> None:
+    vocab, merges = gpt2_pair(byte_level_bpe(tmp_path / "tok", ["some text to learn from"] * 4), tmp_path)
+    files = TokenizerFiles.resolve(str(vocab))
+    eod = files.load().eod()[0]
+    config, _ = write(tmp_path, vocab, BASE, SEED_000, "U1_1", eod=eod)
+    assert (config["tokenizer_type"], config["vocab_file"], config["merge_file"]) == (
+        "GPT2BPETokenizer",
+        str(vocab),
+        str(merges),
+    )
+    with pytest.raises(configs.ConfigError, match=r"GPT-NeoX's GPT2BPETokenizer takes EOD = token_to_id"):
+        write(tmp_path, vocab, BASE, SEED_000, "U1_1", eod=eod + 1)
+    base = tmp_path / "base.args"
+    base.write_text(
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192\n"
+        "--global-batch-size 576 --micro-batch-size 3 --tensor-model-parallel-size 2\n"
+    )
+    settings = TrainSettings.from_config({**SEED_000, "trainer": "megatron", "base_config": str(base)})
+    args = [plan(tmp_path / "merged"), signature(eod), "U1_1", str(base), settings, files]
+    configs.write_pack_config(*args, str(tmp_path / "train"), "/scratch/ckpt", 1234)
+    lines = (tmp_path / "train" / "U1_1" / "U1_1.args").read_text().splitlines()
+    for line in ["--tokenizer-type GPT2BPETokenizer", f"--vocab-file {vocab}", f"--merge-file {merges}"]:
+        assert line in lines, line
+    assert not any(line.startswith("--tokenizer-model") for line in lines)
 
 
 SEED_004_ROUNDS = [{"interval": 10, "until": 100}, {"interval": 18, "until": 1000}, {"interval": 1500}]
@@ -263,5 +291,5 @@ def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
     with pytest.raises(configs.ConfigError, match=named):
         configs.write_pack_config(
             plan(tmp_path / "merged"), signature(3), "warmup_0", str(base), TrainSettings.from_config(train),
-            str(model), str(tmp_path / "train"), "/scratch/ckpt", 1,
+            TokenizerFiles.resolve(str(model)), str(tmp_path / "train"), "/scratch/ckpt", 1,
         )  # fmt: skip

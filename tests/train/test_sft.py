@@ -10,6 +10,7 @@ import yaml
 from tests.utils import build_dataset
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import configs, sft
 from workflow_scripts.train.settings import TrainSettings
 
@@ -66,7 +67,7 @@ def test_sft_pack_configs_count_bins(tmp_path: Path, model: Path) -> None:
             name,
             str(base),
             train,
-            str(model),
+            TokenizerFiles.resolve(str(model)),
             str(tmp_path / "t"),
             str(tmp_path / "c"),
             1234,

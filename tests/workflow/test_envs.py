@@ -25,9 +25,11 @@ def test_env_matches_pyproject(env: Path) -> None:
     specs = pyproject_specs()
     deps = yaml.safe_load(env.read_text())["dependencies"]
     assert deps, f"{env.name} lists no dependencies"
-    for dep in deps:
+    pip = [Requirement(r) for d in deps if isinstance(d, dict) for r in d["pip"]]  # PyPI-only packages
+    assert not pip or "pip" in deps, f"{env.name}: a pip section needs pip"
+    for dep in [d for d in deps if not isinstance(d, dict)] + [f"{r.name} {r.specifier}" for r in pip]:
         name, _, spec = str(dep).partition(" ")
-        if name == "python":
+        if name in ("python", "pip"):
             continue
         name = CONDA_NAMES.get(name, name)
         assert name in specs, f"{env.name}: {name} is not a dependency in pyproject.toml"

@@ -67,7 +67,8 @@ def rules() -> list[tuple[str, str, str]]:
 
 def env_packages(env: str) -> set[str]:
     deps = yaml.safe_load((REPO / "rules" / env).resolve().read_text())["dependencies"]
-    names = {str(d).split()[0].lower() for d in deps}
+    names = {str(d).split()[0].lower() for d in deps if not isinstance(d, dict)}
+    names |= {Requirement(r).name.lower() for d in deps if isinstance(d, dict) for r in d["pip"]}
     return {CONDA_NAMES.get(name, name) for name in names}
 
 

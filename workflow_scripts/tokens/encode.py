@@ -49,13 +49,12 @@ resolved per-record settings, SFT encoding and ``[BOS] tokens [EOD]``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -65,12 +64,17 @@ from workflow_scripts.core.fsio import atomic_path, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
+from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.fast_encode import FastEncoder
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
+from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.tokens.reader import REASONS, Reject, pop_long, prefetch, read_batches
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter
-from workflow_scripts.tokens.tokenizer import Tokenizer, load_tokenizer
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.byte_engine import Engine
+    from workflow_scripts.tokens.kinds import AnyTokenizer
 
 DEFAULTS = TokenizeSettings()
 
@@ -83,7 +87,7 @@ def document_prefix(output_prefix: str, json_key: str = "text") -> str:
 def tokenize_file(
     input_path: str,
     output_prefix: str,
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     settings: RecordSettings,
     *,
     workers: int = 1,
@@ -155,7 +159,9 @@ def tokenize_file(
         "input": input_path,
         "output_prefix": prefix,
         "tokenizer_model": tokenizer.path,
-        "tokenizer_sha256": _sha256(tokenizer.path),
+        "tokenizer_type": tokenizer.kind,
+        "tokenizer_merges": tokenizer.merges,
+        "tokenizer_sha256": TokenizerFiles.of(tokenizer).sha256(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype.name,
         "mode": "sft" if settings.sft else "pretrain",
@@ -179,8 +185,10 @@ def tokenize_file(
     return stats
 
 
-def fast_summary(tokenizer: Tokenizer, fast: FastEncoder | None, enabled: bool) -> dict[str, Any]:
-    """The fast path's stats (and one log line): whether it ran, and its memo's figures."""
+def fast_summary(tokenizer: AnyTokenizer, fast: FastEncoder | Engine | None, enabled: bool) -> dict[str, Any]:
+    """The fast path's stats (and one log line): whether it ran, and its memo's figures or engine."""
+    if tokenizer.kind != "sentencepiece":
+        return tokenizer.engine_stats(fast)
     if fast is None:
         return {"enabled": False, "why": tokenizer.fast_plan[1] if enabled else "turned off"}
     stats = fast.stats()
@@ -193,18 +201,11 @@ def fast_summary(tokenizer: Tokenizer, fast: FastEncoder | None, enabled: bool) 
     return {"enabled": True, "plan": tokenizer.fast_plan[1], **stats}
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="jsonl shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output-prefix", required=True, help="writes {prefix}_{key}_document.{bin,idx,...}")
-    parser.add_argument(
-        "--tokenizer-model", required=True, help="SentencePiece .model file or Hugging Face tokenizer.json"
-    )
+    kinds.add_arguments(parser)
     parser.add_argument("--json-keys", nargs="+", default=["text"], help="the text field (exactly one)")
     settings.add_arguments(parser, TokenizeSettings, "tokenize settings")
     return parser
@@ -218,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("exactly one --json-keys value is supported (one output per run)")
     if opts.threads < 1 or opts.batch_mb <= 0:
         parser.error("--threads must be >= 1 and --batch-mb > 0")
-    tokenizer = load_tokenizer(args.tokenizer_model)
+    tokenizer = kinds.from_args(args).load()
     resolved = resolve_settings(
         tokenizer,
         json_key=args.json_keys[0],

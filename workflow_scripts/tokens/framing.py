@@ -8,12 +8,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
-from workflow_scripts.tokens.tokenizer import Tokenizer, TokenizerError
+from workflow_scripts.tokens.tokenizer import TokenizerError
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class RecordSettings:
 
 
 def resolve_settings(
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     *,
     json_key: str = "text",
     eod: str | None = None,
@@ -65,7 +69,7 @@ def resolve_settings(
 
 
 def encode_sft(
-    tokenizer: Tokenizer,
+    tokenizer: AnyTokenizer,
     splitter: MarkerSplitter,
     marker_ids: Mapping[str, int],
     texts: Sequence[str],
@@ -117,7 +121,7 @@ def frame(
 
 
 def write_long(
-    builder: IndexedDatasetBuilder, tokenizer: Tokenizer, text: str, settings: RecordSettings
+    builder: IndexedDatasetBuilder, tokenizer: AnyTokenizer, text: str, settings: RecordSettings
 ) -> tuple[int, int]:
     """Encode and write one long document piece by piece, never holding all its ids: ``(tokens written,
     text tokens)``; nothing is written (0) if it has fewer than ``min_tokens`` text tokens."""

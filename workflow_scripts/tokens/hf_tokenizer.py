@@ -2,7 +2,9 @@
 preprocessing encodes it: GPT-NeoX's ``HFTokenizer`` (``Tokenizer.from_file(...).encode(text).ids``) and
 Megatron-LM's ``HuggingFaceTokenizer`` (``AutoTokenizer(...)(text).input_ids``) both let the tokenizer's
 post-processor add its special tokens (a template's BOS) and read a special token written in the text as
-that token; so does this, to give the same ids.
+that token; so does this, to give the same ids. A GPT-2 ``vocab.json`` + ``merges.txt`` (``HFTokenizer.gpt2``)
+is read as both trainers' ``GPT2BPETokenizer`` reads it (transformers' GPT-2 tokenizer; EOD
+``<|endoftext|>``).
 
 EOD (``eod``): ``auto`` picks ``<|endoftext|>`` when the tokenizer has that token (GPT-NeoX's
 ``HFTokenizer`` rule), else the ``eos_token`` of the ``tokenizer_config.json`` beside it (Megatron-LM's
@@ -22,12 +24,15 @@ import functools
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer as Backend
+from tokenizers import decoders, models, pre_tokenizers
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
@@ -37,39 +42,62 @@ class HFTokenizerError(UserError, ValueError):
     """A tokenizer.json or token specification that cannot be used."""
 
 
-def is_tokenizer_json(path: str) -> bool:
-    """Whether ``path`` is a Hugging Face ``tokenizer.json`` (JSON with a ``model``), read cheaply."""
-    with open(path, "rb") as f:
-        if f.read(1) != b"{":
-            return False
-    try:
-        with open(path, encoding="utf-8") as f:
-            return "model" in json.load(f)
-    except (ValueError, UnicodeDecodeError):
-        return False
-
-
 class HFTokenizer:
     """A ``tokenizer.json`` with validated token lookup and batched encoding to flat numpy arrays."""
 
     kind = "hf"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], backend: Backend | None = None) -> None:
         self.path = os.fspath(path)
         try:
-            self.backend = Backend.from_file(self.path)
+            self.backend = backend or Backend.from_file(self.path)
         except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
             raise HFTokenizerError(f"{self.path}: cannot load the Hugging Face tokenizer: {exc}") from None
         self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+        self.merges: str | None = None  # a GPT-2 vocabulary's merges file
         self.unsafe_cuts = 0
-        self.fast_plan = (None, "a Hugging Face tokenizer.json: the tokenizers library encodes every text")
+        self.engine: Engine | None = None  # gigatoken, inside ``fast_encoding`` where it is exact
+        self.engine_note = "turned off"
+
+    @classmethod
+    def gpt2(cls, vocab: str, merges: str) -> HFTokenizer:
+        """A GPT-2 ``vocab.json`` + ``merges.txt`` as GPT-NeoX's and Megatron-LM's ``GPT2BPETokenizer`` read
+        them (transformers' GPT-2 tokenizer): byte-level BPE, no prefix space, no tokens added, and
+        ``<|endoftext|>`` a special token (read as itself where the text spells it)."""
+        try:
+            backend = Backend(models.BPE.from_file(vocab, merges))
+        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+            raise HFTokenizerError(f"{vocab}, {merges}: cannot load the GPT-2 BPE: {exc}") from None
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+        if backend.token_to_id(EOD_PIECE) is not None:
+            backend.add_special_tokens([EOD_PIECE])
+        tokenizer = cls(vocab, backend)
+        tokenizer.kind, tokenizer.merges = "gpt2", merges
+        return tokenizer
 
     @contextlib.contextmanager
     def fast_encoding(
         self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
-    ) -> Iterator[None]:
-        """No unit memo for this kind (it is SentencePiece's): ``encode_flat`` uses the library."""
-        yield None
+    ) -> Iterator[Engine | None]:
+        """Encode with gigatoken inside the block where it is exact (``byte_engine``; said once in the log),
+        else with the ``tokenizers`` library; yield the engine."""
+        self.engine, self.engine_note = None, "turned off"
+        if enabled:
+            specials = [t.content for t in self.backend.get_added_tokens_decoder().values()]
+            self.engine, self.engine_note = Engine.start(self.backend, specials)
+            print(f"encoder: {self.engine_note}", file=sys.stderr, flush=True)
+        try:
+            yield self.engine
+        finally:
+            self.engine = None
+
+    def engine_stats(self, engine: Engine | None) -> dict[str, object]:
+        """The stats' ``fast_encode``: the engine, why, and the documents it left to the library."""
+        name = engine.name if engine else "tokenizers"
+        return {"enabled": engine is not None, "engine": name, "why": self.engine_note} | (
+            {"routed_to_tokenizers": engine.routed} if engine else {}
+        )
 
     def token_id(self, spec: str) -> int:
         """The id of a token, or of ``id:N``; a token missing from the tokenizer is an error."""
@@ -92,8 +120,15 @@ class HFTokenizer:
         """The token string of ``token`` (None for None or an id the tokenizer does not have)."""
         return None if token is None else self.backend.id_to_token(token)
 
+    def render(self, ids: Sequence[int]) -> str:
+        """Decoded text, special tokens shown as themselves."""
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
     def eos_token(self) -> str | None:
-        """The ``eos_token`` of the ``tokenizer_config.json`` beside the file, if any."""
+        """The ``eos_token`` of the ``tokenizer_config.json`` beside the file, if any (GPT-2's is
+        ``<|endoftext|>``)."""
+        if self.kind == "gpt2":
+            return EOD_PIECE
         config = os.path.join(os.path.dirname(self.path), "tokenizer_config.json")
         if not os.path.isfile(config):
             return None
@@ -163,12 +198,31 @@ class HFTokenizer:
         concatenated (int32) and the per-text lengths (int64)."""
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
-        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pool starts
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
+        if self.engine is None:
+            return self._library_flat(texts, specials)
+        routed = [len(t) > LONG_CHARS or has_unassigned(t) for t in texts]
+        ids, lengths = self.engine.encode([t for t, r in zip(texts, routed, strict=True) if not r])
+        if specials:
+            ids, lengths = frame(ids, lengths, *self.specials)
+        if not any(routed):
+            return ids, lengths
+        self.engine.routed += sum(routed)
+        parts = iter(np.split(ids, np.cumsum(lengths)[:-1]))
+        arrays = [
+            self._library_flat([t], specials)[0] if r else next(parts)
+            for t, r in zip(texts, routed, strict=True)
+        ]
+        lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        return np.concatenate(arrays), lengths
+
+    def _library_flat(self, texts: Sequence[str], specials: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_flat`` by the ``tokenizers`` library."""
         if any(len(t) > LONG_CHARS for t in texts):
             arrays = [
                 np.concatenate(list(self.encode_long(t)))
                 if len(t) > LONG_CHARS
-                else self.encode_flat([t], threads, specials)[0]
+                else self._library_flat([t], specials)[0]
                 for t in texts
             ]
         else:

@@ -23,10 +23,9 @@ one-tokenizer check and the slicer treat the prefix like one tokenized here.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,8 +33,12 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype
+from workflow_scripts.tokens import kinds
+from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.tokens.reader import REASONS
-from workflow_scripts.tokens.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer
 
 TOKEN_CHUNK = 1 << 24  # tokens checked per step (64 MB of int32)
 DOC_CHUNK = 1 << 22  # documents checked per step
@@ -91,7 +94,9 @@ def _relative_link(target: str, link: str) -> None:
     os.replace(tmp, link)
 
 
-def import_prefix(source: str, output_prefix: str, tokenizer: Tokenizer, eod: str, bos: str | None) -> dict:
+def import_prefix(
+    source: str, output_prefix: str, tokenizer: AnyTokenizer, eod: str, bos: str | None
+) -> dict:
     """Verify ``source`` against ``tokenizer``; link it as ``output_prefix``; write and return its stats."""
     summary = verify(source)
     ds = IndexedDataset(source)
@@ -111,14 +116,14 @@ def import_prefix(source: str, output_prefix: str, tokenizer: Tokenizer, eod: st
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
     for ext in (".bin", ".idx"):
         _relative_link(source + ext, output_prefix + ext)
-    with open(tokenizer.path, "rb") as f:
-        sha = hashlib.file_digest(f, "sha256").hexdigest()
     stats: dict[str, Any] = {
         "input": source,
         "output_prefix": output_prefix,
         "imported": True,
         "tokenizer_model": tokenizer.path,
-        "tokenizer_sha256": sha,
+        "tokenizer_type": tokenizer.kind,
+        "tokenizer_merges": tokenizer.merges,
+        "tokenizer_sha256": TokenizerFiles.of(tokenizer).sha256(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": ds.dtype.name,
         "mode": "pretrain",
@@ -142,9 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prefix", required=True, help="the source prefix (PREFIX.bin and PREFIX.idx)")
     parser.add_argument("--output-prefix", required=True, help="the linked prefix to write")
-    parser.add_argument(
-        "--tokenizer-model", required=True, help="the SentencePiece model the data was made with"
-    )
+    kinds.add_arguments(parser, "the tokenizer the data was made with")
     parser.add_argument(
         "--eod", default="auto", help="EOD every document ends with: auto, a piece, id:N or none"
     )
@@ -152,9 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bos", help="BOS every document starts with: a piece or id:N (default: not checked)"
     )
     args = parser.parse_args(argv)
-    stats = import_prefix(
-        args.prefix, args.output_prefix, Tokenizer(args.tokenizer_model), args.eod, args.bos
-    )
+    stats = import_prefix(args.prefix, args.output_prefix, kinds.from_args(args).load(), args.eod, args.bos)
     print(
         f"imported {args.prefix}: {stats['docs_out']} documents, {stats['tokens']} tokens, "
         f"EOD {stats['eod_id']} ({stats['eod_rule']}) -> {args.output_prefix}"

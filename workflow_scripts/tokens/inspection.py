@@ -15,14 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
-import sentencepiece as spm
 
 from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.tokens.tokenizer import Tokenizer
+from workflow_scripts.tokens import kinds
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer
 
 
 def strip_suffix(prefix: str) -> str:
@@ -37,37 +39,23 @@ def document_token_counts(ds: IndexedDataset) -> np.ndarray:
     return ends[ds.doc_idx[1:]] - ends[ds.doc_idx[:-1]]
 
 
-def render_text(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> str:
-    """Decoded text, with control and unknown tokens (which ``decode`` drops) shown as their pieces."""
-    out: list[str] = []
-    run: list[int] = []
-    for i in ids:
-        if sp.is_control(i) or sp.is_unknown(i):
-            out.append(sp.decode(run) + sp.id_to_piece(i))
-            run = []
-        else:
-            run.append(i)
-    out.append(sp.decode(run))
-    return "".join(out)
-
-
-def format_document(index: int, ids: np.ndarray, sp: spm.SentencePieceProcessor | None) -> Iterator[str]:
+def format_document(index: int, ids: np.ndarray, tokenizer: AnyTokenizer | None) -> Iterator[str]:
     """The lines that show one document."""
     token_ids = [int(i) for i in ids]
     yield f"=== document {index}: {len(token_ids)} tokens ==="
-    if sp is not None:
+    if tokenizer is not None:
         yield "--- text ---"
-        yield render_text(sp, token_ids)
+        yield tokenizer.render(token_ids)
         yield "--- pieces ---"
-        yield " ".join(sp.id_to_piece(token_ids))
+        yield " ".join(str(tokenizer.piece(i)) for i in token_ids)
     yield "--- ids ---"
     yield " ".join(map(str, token_ids))
 
 
-def show(ds: IndexedDataset, n: int, sp: spm.SentencePieceProcessor | None, out: TextIO) -> None:
+def show(ds: IndexedDataset, n: int, tokenizer: AnyTokenizer | None, out: TextIO) -> None:
     """Write the first ``n`` documents of ``ds`` to ``out``."""
     for d in range(min(n, ds.num_documents)):
-        for line in format_document(d, ds.document(d), sp):
+        for line in format_document(d, ds.document(d), tokenizer):
             out.write(line + "\n")
 
 
@@ -85,13 +73,13 @@ def write_counts(ds: IndexedDataset, path: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prefix", metavar="PREFIX", help="dataset prefix (or its .bin / .idx)")
-    parser.add_argument("--tokenizer-model", help="SentencePiece model, to show text and pieces")
+    kinds.add_arguments(parser, "the data's tokenizer, to show text and pieces", required=False)
     parser.add_argument("-n", type=int, default=100, help="documents to show (default %(default)s; 0: none)")
     parser.add_argument("--counts-out", metavar="FILE", help="write per-document token counts here")
     args = parser.parse_args(argv)
     ds = IndexedDataset(strip_suffix(args.prefix))
-    sp = Tokenizer(args.tokenizer_model).sp if args.tokenizer_model else None
+    tokenizer = kinds.from_args(args).load() if args.tokenizer_model else None
     if args.counts_out:
         write_counts(ds, args.counts_out)
-    show(ds, args.n, sp, sys.stdout)
+    show(ds, args.n, tokenizer, sys.stdout)
     return 0

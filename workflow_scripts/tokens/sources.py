@@ -75,8 +75,8 @@ def resolve_imports(sources: list[dict[str, Any]], default_model: str | None) ->
         model = source.get("tokenizer_model") or default_model
         if not model:
             raise TokenizedSourceConfigError(
-                f"tokenized_sources {name}: give tokenizer_model (or tokenizer.model): the SentencePiece "
-                "model the data was made with"
+                f"tokenized_sources {name}: give tokenizer_model (or tokenizer.model): the tokenizer "
+                "the data was made with"
             )
         counters: dict[str, int] = {}
         for prefix in prefixes:

@@ -24,7 +24,6 @@ import itertools
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
@@ -34,26 +33,16 @@ from workflow_scripts.core.indexed_dataset import best_dtype
 from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
-if TYPE_CHECKING:
-    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
-
 
 class TokenizerError(UserError, ValueError):
     """A tokenizer model or token specification that cannot be used."""
-
-
-def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer | HFTokenizer:
-    """The tokenizer in ``path``: a Hugging Face ``tokenizer.json`` (tokens/hf_tokenizer), else a
-    SentencePiece model."""
-    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer, is_tokenizer_json
-
-    return HFTokenizer(path) if is_tokenizer_json(os.fspath(path)) else Tokenizer(path)
 
 
 class Tokenizer:
     """A SentencePiece model with validated token lookup and batched encoding to flat numpy arrays."""
 
     kind = "sentencepiece"
+    merges = None  # one file
 
     def __init__(self, model_path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(model_path)
@@ -118,6 +107,19 @@ class Tokenizer:
     def piece(self, token: int | None) -> str | None:
         """The piece of ``token`` (None for None or an id the model does not have)."""
         return self.sp.id_to_piece(token) if token is not None and token < self.sp.get_piece_size() else None
+
+    def render(self, ids: Sequence[int]) -> str:
+        """Decoded text, with control and unknown tokens (which ``decode`` drops) shown as their pieces."""
+        out: list[str] = []
+        run: list[int] = []
+        for i in ids:
+            if self.sp.is_control(i) or self.sp.is_unknown(i):
+                out.append(self.sp.decode(run) + self.sp.id_to_piece(i))
+                run = []
+            else:
+                run.append(i)
+        out.append(self.sp.decode(run))
+        return "".join(out)
 
     def eod(self, spec: str = "auto") -> tuple[int, str]:
         """The EOD id for ``spec`` and the rule that chose it (see the module docstring)."""

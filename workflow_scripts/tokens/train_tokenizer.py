@@ -1,4 +1,5 @@
-"""Train a SentencePiece tokenizer on a deterministic sample of jsonl shards (the default tokenizer).
+"""Train a tokenizer on a deterministic sample of jsonl shards: SentencePiece (the default) or a byte-level
+BPE ``tokenizer.json`` (``--kind hf-bpe``).
 
 Usage::
 
@@ -6,8 +7,10 @@ Usage::
         [--vocab-size 32000] [--model-type bpe|unigram] [--max-sentences 2000000] [--seed 1234] \\
         [--character-coverage 0.9995] [--control-symbols '<|endoftext|>' '<|user|>' '<|assistant|>'] \\
         [--user-defined-symbols ''] [--threads 1] [--spm-option KEY=VALUE ...]
+    snakepack train-tokenizer SHARD.jsonl ... --kind hf-bpe --output-dir D [--vocab-size ...] [...]
 
-writes ``P.model`` and ``P.vocab`` (``piece<TAB>score`` per line) atomically.
+writes ``P.model`` and ``P.vocab`` (``piece<TAB>score`` per line) atomically; with ``--kind hf-bpe``,
+``D/tokenizer.json`` and ``D/tokenizer_config.json`` (see ``train_byte_level_bpe``).
 
 Sampling: the ``text`` of every readable record is cut into lines (SentencePiece trains on sentences);
 a seeded reservoir sample of at most ``--max-sentences`` non-blank lines, in input order of the sorted
@@ -38,6 +41,7 @@ from typing import Any
 
 import orjson
 import sentencepiece as spm
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from workflow_scripts.core import settings
 from workflow_scripts.core.cli import UserError
@@ -134,6 +138,48 @@ def train(sentences: Sequence[str], model_prefix: str, options: dict[str, Any]) 
     return sp
 
 
+def train_byte_level_bpe(
+    sentences: Sequence[str], out_dir: str, vocab_size: int, control_symbols: Sequence[str]
+) -> Tokenizer:
+    """A byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, no prefix space, no tokens added) trained
+    on ``sentences`` with the ``tokenizers`` library; ``<|endoftext|>`` then the other control symbols are
+    its first ids, special tokens (GPT-NeoX's ``HFTokenizer`` takes ``<|endoftext|>`` as EOD; the
+    ``tokenizer_config.json`` names it ``eos_token`` for Megatron-LM's ``HuggingFaceTokenizer``). Merges are
+    written as "a b" strings, which every ``tokenizers`` release reads (GPT-NeoX pins tokenizers 0.15).
+    Same sentences and settings: same bytes."""
+    if not sentences:
+        raise UserError("no training text: the inputs hold no non-blank text lines")
+    specials = [EOD_PIECE, *(p for p in control_symbols if p != EOD_PIECE)]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(sentences, trainer, length=len(sentences))
+    data = orjson.loads(tok.to_str())
+    data["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    data["model"].pop("ignore_merges", None)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": EOD_PIECE,
+        "clean_up_tokenization_spaces": False,
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    json_path, config_path = (
+        os.path.join(out_dir, "tokenizer.json"),
+        os.path.join(out_dir, "tokenizer_config.json"),
+    )
+    with atomic_path(json_path) as json_tmp, atomic_path(config_path) as config_tmp:
+        json_tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        config_tmp.write_bytes(orjson.dumps(config, option=orjson.OPT_INDENT_2))
+    return Tokenizer.from_file(json_path)
+
+
 def _key_value(spec: str) -> tuple[str, str]:
     key, sep, value = spec.partition("=")
     if not sep or not key:
@@ -146,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "inputs", nargs="+", metavar="SHARD", help="jsonl shards (.jsonl, .gz, .zst) or @LIST"
     )
-    parser.add_argument("--model-prefix", required=True, help="writes PREFIX.model and PREFIX.vocab")
+    parser.add_argument("--kind", choices=("sentencepiece", "hf-bpe"), default="sentencepiece")
+    parser.add_argument("--model-prefix", help="sentencepiece: writes PREFIX.model and PREFIX.vocab")
+    parser.add_argument(
+        "--output-dir", help="hf-bpe: writes DIR/tokenizer.json and DIR/tokenizer_config.json"
+    )
     settings.add_arguments(parser, TokenizerSettings, "tokenizer settings")
     parser.add_argument("--user-defined-symbols", nargs="*", default=[], help="pieces kept whole in text")
     parser.add_argument("--json-key", default="text")
@@ -165,10 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not (args.output_dir if args.kind == "hf-bpe" else args.model_prefix):
+        parser.error("--kind hf-bpe needs --output-dir; sentencepiece needs --model-prefix")
     opts = settings.from_args(TokenizerSettings, args)
     paths = sorted(os.fspath(p) for p in args.inputs)
     sentences, seen = sample_lines(iter_texts(paths, args.json_key), opts.max_sentences, opts.seed)
+    nbytes = sum(len(s.encode()) for s in sentences)
+    if args.kind == "hf-bpe":
+        tok = train_byte_level_bpe(sentences, args.output_dir, opts.vocab_size, opts.control_symbols)
+        print(
+            f"trained byte-level BPE {args.output_dir}/tokenizer.json: vocab {tok.get_vocab_size()} "
+            f"(asked {opts.vocab_size}) on {len(sentences)} of {seen} lines ({nbytes / 1e6:.1f} MB) "
+            f"from {len(paths)} files, seed {opts.seed}"
+        )
+        return 0
     options = trainer_options(
         vocab_size=opts.vocab_size,
         model_type=opts.model_type,
@@ -179,7 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra=dict(args.spm_option),
     )
     sp = train(sentences, args.model_prefix, options)
-    nbytes = sum(len(s.encode()) for s in sentences)
     print(
         f"trained {opts.model_type} tokenizer {args.model_prefix}.model: vocab {sp.vocab_size()} "
         f"(asked {opts.vocab_size}) on {len(sentences)} of {seen} lines ({nbytes / 1e6:.1f} MB) "

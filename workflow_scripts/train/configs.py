@@ -29,7 +29,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -39,11 +39,15 @@ from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.tokens.hf_tokenizer import HFTokenizer, is_tokenizer_json
+from workflow_scripts.tokens import kinds
+from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import lint, summary
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.sft import sft_train_iters
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer
 
 NEOX_EOD_PIECE = "<|endoftext|>"
 
@@ -126,20 +130,29 @@ def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length:
     return model
 
 
-def _check_hf_eod(eod: int, tok: HFTokenizer, trainer: str) -> None:
-    """GPT-NeoX's ``HFTokenizer`` takes EOD = ``<|endoftext|>``, Megatron-LM's ``HuggingFaceTokenizer`` the
-    ``eos_token`` of the folder's ``tokenizer_config.json``: either must be the id the data ends with."""
-    if trainer == "neox":
-        theirs, rule = tok.backend.token_to_id(NEOX_EOD_PIECE), f"token_to_id('{NEOX_EOD_PIECE}')"
-    else:
-        eos = tok.eos_token()
-        theirs, rule = (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
-    if theirs != eod:
-        name = "GPT-NeoX's HFTokenizer" if trainer == "neox" else "Megatron-LM's HuggingFaceTokenizer"
-        raise ConfigError(
-            f"the data ends documents with id {eod} ({tok.piece(eod)!r}), but {name} takes EOD = {rule} = "
-            f"{theirs} with {tok.path}: end-of-document masking would point at the wrong token"
-        )
+TRAINER_TOKENIZERS = {  # (tokenizer kind, trainer) -> the trainer's tokenizer_type
+    ("sentencepiece", "neox"): "SPMTokenizer",
+    ("hf", "neox"): "HFTokenizer",
+    ("gpt2", "neox"): "GPT2BPETokenizer",
+    ("sentencepiece", "megatron"): "GPTSentencePieceTokenizer",
+    ("hf", "megatron"): "HuggingFaceTokenizer",
+    ("gpt2", "megatron"): "GPT2BPETokenizer",
+}
+
+
+def trainer_eod(tok: AnyTokenizer, trainer: str) -> tuple[int | None, str]:
+    """The EOD id ``trainer`` takes with ``tok`` and its rule: GPT-NeoX's tokenizers take
+    ``<|endoftext|>`` (SentencePiece's ``piece_to_id`` gives ``<unk>`` without it); Megatron-LM's take the
+    model's EOS (SentencePiece), the folder's ``eos_token`` (``HuggingFaceTokenizer``) or GPT-2's
+    ``<|endoftext|>``."""
+    if tok.kind == "sentencepiece" and trainer == "neox":
+        return tok.sp.piece_to_id(NEOX_EOD_PIECE), f"piece_to_id('{NEOX_EOD_PIECE}')"
+    if tok.kind == "sentencepiece":
+        return tok.sp.eos_id(), "the model's EOS"
+    if trainer == "neox" or tok.kind == "gpt2":
+        return tok.backend.token_to_id(NEOX_EOD_PIECE), f"token_to_id('{NEOX_EOD_PIECE}')"
+    eos = tok.eos_token()
+    return (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
 
 
 # --- checks against the plan --------------------------------------------------------------------------------
@@ -181,8 +194,8 @@ def check_base(
     return {"tp": tp, "pp": pp, "dp": dp, "micro": micro, "accumulation": accumulation}
 
 
-def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> int | None:
-    """The EOD id the data ends with (from the signature); a GPT-NeoX trainer must agree on it."""
+def check_eod(signature: dict[str, Any], files: TokenizerFiles, trainer: str) -> int | None:
+    """The EOD id the data ends with (from the signature); the trainer's tokenizer must take the same."""
     ids = {
         (e.get("identity") or {}).get("tokenizer", {}).get("eod_id")
         for e in signature["prefixes"]
@@ -191,30 +204,23 @@ def check_eod(signature: dict[str, Any], tokenizer_model: str, trainer: str) -> 
     if len(ids) != 1:
         return None
     eod = ids.pop()
-    if eod is not None and is_tokenizer_json(tokenizer_model):
-        _check_hf_eod(eod, HFTokenizer(tokenizer_model), trainer)
-    elif trainer == "megatron" and eod is not None:
-        import sentencepiece as spm
-
-        sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
-        if sp.eos_id() != eod:
-            raise ConfigError(
-                f"the data ends documents with id {eod}, but Megatron-LM's GPTSentencePieceTokenizer takes "
-                f"EOD = the model's EOS {sp.eos_id()} with {tokenizer_model}"
-            )
-    elif trainer == "neox" and eod is not None:
-        import sentencepiece as spm
-
-        sp = spm.SentencePieceProcessor(model_file=tokenizer_model)
-        neox = sp.piece_to_id(NEOX_EOD_PIECE)
-        if sp.id_to_piece(neox) != NEOX_EOD_PIECE or neox != eod:
-            raise ConfigError(
-                f"the data ends documents with id {eod} ({sp.id_to_piece(eod)!r}), but GPT-NeoX's "
-                f"SPMTokenizer takes EOD = piece_to_id('{NEOX_EOD_PIECE}') = {neox} "
-                f"({sp.id_to_piece(neox)!r}) with {tokenizer_model}: end-of-document masking would point at "
-                f"the wrong token. Use a model with '{NEOX_EOD_PIECE}' (tokenize.eod_piece then picks it) or "
-                "train with Megatron-LM"
-            )
+    if eod is None:
+        return eod
+    tok = files.load()
+    theirs, rule = trainer_eod(tok, trainer)
+    if theirs != eod:
+        owner = "GPT-NeoX's" if trainer == "neox" else "Megatron-LM's"
+        hint = (
+            f" Use a model with '{NEOX_EOD_PIECE}' (tokenize.eod_piece then picks it) or train with "
+            "Megatron-LM"
+            if tok.kind == "sentencepiece" and trainer == "neox"
+            else ""
+        )
+        raise ConfigError(
+            f"the data ends documents with id {eod} ({tok.piece(eod)!r}), but {owner} "
+            f"{TRAINER_TOKENIZERS[tok.kind, trainer]} takes EOD = {rule} = {theirs} ({tok.piece(theirs)!r}) "
+            f"with {files.model}: end-of-document masking would point at the wrong token.{hint}"
+        )
     return eod
 
 
@@ -236,7 +242,12 @@ def cadence_of(train: TrainSettings) -> schedule.Cadence:
 
 
 def pack_keys(
-    plan: dict[str, Any], index: int, train: TrainSettings, checkpoints: str, tokenizer_model: str, seed: int
+    plan: dict[str, Any],
+    index: int,
+    train: TrainSettings,
+    checkpoints: str,
+    tokenizer: TokenizerFiles,
+    seed: int,
 ) -> Keys:
     """Every key the workflow sets on pack ``index``'s config (trainer-neutral names: GPT-NeoX's)."""
     pack = plan["packs"][index]
@@ -278,11 +289,11 @@ def pack_keys(
     keys.set("train_batch_size", plan["global_batch_size"], "training.global_batch_size")
     keys.set("save", checkpoints, "one checkpoint directory for the whole run (the trainer's own layout)")
     keys.set("load", checkpoints, "resume from its latest checkpoint")
-    keys.set("vocab_file", tokenizer_model, "the tokenizer the data was made with")
-    if is_tokenizer_json(tokenizer_model):
-        keys.set("tokenizer_type", "HFTokenizer", "a Hugging Face tokenizer.json")
-    else:
-        keys.set("tokenizer_type", "SPMTokenizer", "a SentencePiece model")
+    keys.set("vocab_file", tokenizer.model, "the tokenizer the data was made with")
+    if tokenizer.merges:
+        keys.set("merge_file", tokenizer.merges, "the GPT-2 vocabulary's merges")
+    why = {"sentencepiece": "a SentencePiece model", "hf": "a Hugging Face tokenizer.json", "gpt2": "GPT-2's"}
+    keys.set("tokenizer_type", TRAINER_TOKENIZERS[tokenizer.kind, "neox"], why[tokenizer.kind])
     keys.set("seed", seed, "the workflow's seed")
     overrides = train.phase_overrides.get(pack["phase"], {})
     given = overrides.get("checkpoint_factor")
@@ -350,7 +361,9 @@ NEOX_ONLY = (
 )
 
 
-def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: dict[str, Any]) -> dict:
+def megatron_args(
+    base: dict[str, Any], keys: Keys, train: TrainSettings, plan: dict[str, Any], tokenizer: TokenizerFiles
+) -> dict:
     """Megatron-LM arguments: the base, then the computed keys under Megatron's names.
 
     Megatron-LM has no ``iteration_offset``; its closest mechanism is ``--phase-transition-iterations``: the
@@ -364,11 +377,11 @@ def megatron_args(base: dict[str, Any], keys: Keys, train: TrainSettings, plan: 
             continue
         args[MEGATRON_NAMES.get(key, key)] = value
     args["train_iters"] = keys.values["iteration_offset"] + keys.values["train_iters"]
-    if is_tokenizer_json(args["tokenizer_model"]):  # AutoTokenizer reads the folder
-        args["tokenizer_type"] = "HuggingFaceTokenizer"
+    args["tokenizer_type"] = TRAINER_TOKENIZERS[tokenizer.kind, "megatron"]
+    if tokenizer.kind == "hf":  # AutoTokenizer reads the folder
         args["tokenizer_model"] = os.path.dirname(args["tokenizer_model"]) or "."
-    else:
-        args["tokenizer_type"] = "GPTSentencePieceTokenizer"
+    elif tokenizer.kind == "gpt2":  # --vocab-file and --merge-file
+        args["vocab_file"] = args.pop("tokenizer_model")
     start = schedule.start_offset(train.finetune_from, train.trainer)
     boundaries = [start + p["iteration_offset"] for p in plan["packs"][1:]]
     if boundaries:
@@ -415,7 +428,7 @@ def write_pack_config(
     pack_name: str,
     base_path: str,
     train: TrainSettings,
-    tokenizer_model: str,
+    tokenizer: TokenizerFiles,
     out_dir: str,
     checkpoints: str,
     seed: int,
@@ -430,8 +443,8 @@ def write_pack_config(
     index = names.index(pack_name)
     base = read_base(base_path, train.trainer)
     layout = check_base(base, plan, train, base_path)
-    eod = check_eod(signature, tokenizer_model, train.trainer)
-    keys = pack_keys(plan, index, train, checkpoints, tokenizer_model, seed)
+    eod = check_eod(signature, tokenizer, train.trainer)
+    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed)
     if train.init_hf:
         for key, value in hf_model_keys(base, train.init_hf, base_path, plan["seq_length"]).items():
             keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
@@ -444,7 +457,7 @@ def write_pack_config(
         findings = lint.lint_neox(final)
         text = yaml.safe_dump(final, sort_keys=False, width=120)
     else:
-        final = megatron_args(base, keys, train, plan)
+        final = megatron_args(base, keys, train, plan, tokenizer)
         findings = lint.lint_megatron(final)
         text = render_megatron(final)
     if findings.errors:
@@ -481,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plan", required=True)
     parser.add_argument("--signature", required=True)
     parser.add_argument("--pack", required=True)
-    parser.add_argument("--tokenizer-model", required=True)
+    kinds.add_arguments(parser)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--checkpoints", required=True, help="the run's save/load directory")
     parser.add_argument("--seed", type=int, required=True)
@@ -497,7 +510,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.pack,
         train.base_config,
         train,
-        os.path.abspath(args.tokenizer_model),
+        kinds.TokenizerFiles.resolve(
+            os.path.abspath(args.tokenizer_model),
+            args.tokenizer_type,
+            args.tokenizer_merges and os.path.abspath(args.tokenizer_merges),
+        ),
         args.out_dir,
         os.path.abspath(args.checkpoints),
         args.seed,

@@ -56,6 +56,13 @@ def match(hf_dir: str, config: dict[str, Any], data_model: str) -> DataTokenizer
     """The data tokenizer's size and EOD, once the model's tokenizer is shown to be the same."""
     import sentencepiece as spm
 
+    from workflow_scripts.tokens.kinds import detect
+
+    if (kind := detect(data_model)) != "sentencepiece":
+        raise TokenizerMismatch(
+            f"{data_model}: a model in and out (train.init_from.hf, train.export) needs a SentencePiece data "
+            f"tokenizer for now; this one is {kind}"
+        )
     sp = spm.SentencePieceProcessor(model_file=data_model)
     size, eod = sp.get_piece_size(), sp.piece_to_id(EOD_PIECE)
     model_file, piece = hf_pieces(hf_dir)

@@ -18,6 +18,7 @@ pipeline parallelism, ``checkpoint_scale``) are refused with a ``ConfigError`` n
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
@@ -47,6 +48,7 @@ IMPLEMENTED = frozenset(
         "pack_impl",
         "data_impl",
         "vocab_file",
+        "merge_file",
         "tokenizer_type",
         "make_vocab_size_divisible_by",
         # batch and iterations
@@ -236,6 +238,7 @@ class RunConfig:
     vocab_file: str
     model: ModelConfig
     eod_id: int
+    tokenizer: tuple[str, str | None] = ("SPMTokenizer", None)  # GPT-NeoX's tokenizer_type, merge_file
     not_implemented: list[str] = field(default_factory=list)
     trainer: str = "neox"  # whose config, checkpoint layout and exit rules: neox or megatron
     keep_last: int | None = None  # GPT-NeoX's keep_last_n_checkpoints
@@ -391,23 +394,71 @@ def batch_layout(raw: dict[str, Any], world_size: int) -> tuple[int, int, int]:
     return batch, micro, acc
 
 
-def tokenizer_ids(vocab_file: str, sft: bool) -> tuple[int, int, int | None]:
-    """(vocab size, EOD id, assistant id) of a SentencePiece model, by GPT-NeoX's ``SPMTokenizer`` rules:
-    EOD = ``piece_to_id('<|endoftext|>')``; the assistant id only for SFT (``<|assistant|>`` must exist)."""
-    import sentencepiece as spm
+MEGATRON_TOKENIZERS = {  # Megatron-LM's tokenizer_type -> the GPT-NeoX one the reference reads it as
+    "GPTSentencePieceTokenizer": "SPMTokenizer",
+    "HuggingFaceTokenizer": "HFTokenizer",
+    "GPT2BPETokenizer": "GPT2BPETokenizer",
+}
+TOKENIZER_TYPES = ("SPMTokenizer", "HFTokenizer", "GPT2BPETokenizer")
 
-    if not os.path.isfile(vocab_file):
-        raise ConfigError(f"vocab_file: {vocab_file} is not a file")
-    sp = spm.SentencePieceProcessor(model_file=vocab_file)
-    eod = sp.piece_to_id(NEOX_EOD_PIECE)
+
+def tokenizer_ids(
+    vocab_file: str,
+    sft: bool,
+    tokenizer_type: str = "SPMTokenizer",
+    merge_file: str | None = None,
+    megatron: bool = False,
+) -> tuple[int, int, int | None]:
+    """(vocab size, EOD id, assistant id) by the trainer's own tokenizer class: GPT-NeoX's ``SPMTokenizer``
+    (EOD ``piece_to_id('<|endoftext|>')``), ``HFTokenizer`` (``token_to_id('<|endoftext|>')``) and
+    ``GPT2BPETokenizer`` (``encoder['<|endoftext|>']``); Megatron-LM's ``GPTSentencePieceTokenizer`` (the
+    model's EOS), ``HuggingFaceTokenizer`` (``AutoTokenizer`` on the folder: its ``eos_token``) and
+    ``GPT2BPETokenizer``. The assistant id only for SFT (``<|assistant|>`` must exist)."""
+    if tokenizer_type not in TOKENIZER_TYPES:
+        known = ", ".join(TOKENIZER_TYPES)
+        raise ConfigError(f"tokenizer_type: {tokenizer_type}: the reference reads {known}")
+    hf_folder = megatron and tokenizer_type == "HFTokenizer"
+    if not (os.path.isdir(vocab_file) if hf_folder else os.path.isfile(vocab_file)):
+        raise ConfigError(f"vocab_file: {vocab_file} is not a {'folder' if hf_folder else 'file'}")
+    if tokenizer_type == "SPMTokenizer":
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=vocab_file)
+        size, lookup = sp.get_piece_size(), sp.piece_to_id
+        eod = sp.eos_id() if megatron else sp.piece_to_id(NEOX_EOD_PIECE)
+        known = lambda piece: sp.id_to_piece(sp.piece_to_id(piece)) == piece  # noqa: E731
+    elif tokenizer_type == "GPT2BPETokenizer":
+        if not merge_file or not os.path.isfile(merge_file):
+            raise ConfigError(f"merge_file: {merge_file} is not a file (GPT2BPETokenizer reads both)")
+        with open(vocab_file, encoding="utf-8") as f:
+            encoder = json.load(f)
+        if NEOX_EOD_PIECE not in encoder:
+            raise ConfigError(f"{vocab_file}: GPT2BPETokenizer takes EOD = encoder['{NEOX_EOD_PIECE}']: none")
+        size, eod, lookup, known = len(encoder), encoder[NEOX_EOD_PIECE], encoder.get, encoder.__contains__
+    elif hf_folder:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(vocab_file)
+        if tok.eos_token_id is None:
+            raise ConfigError(f"{vocab_file}: HuggingFaceTokenizer takes EOD = eos_token: none in the folder")
+        size, eod, lookup = len(tok), tok.eos_token_id, tok.convert_tokens_to_ids
+        known = lambda piece: piece in tok.get_vocab()  # noqa: E731
+    else:
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(vocab_file)
+        if (eod := backend.token_to_id(NEOX_EOD_PIECE)) is None:
+            raise ConfigError(f"{vocab_file}: HFTokenizer takes EOD = token_to_id('{NEOX_EOD_PIECE}'): none")
+        size, lookup = backend.get_vocab_size(), backend.token_to_id
+        known = lambda piece: backend.token_to_id(piece) is not None  # noqa: E731
     assistant = None
     if sft:
-        assistant = sp.piece_to_id(ASSISTANT_PIECE)
-        if sp.id_to_piece(assistant) != ASSISTANT_PIECE:
+        if not known(ASSISTANT_PIECE):
             raise ConfigError(
                 f"SFT_ENABLED=1, but {vocab_file} has no {ASSISTANT_PIECE} piece to find assistant spans with"
             )
-    return sp.get_piece_size(), eod, assistant
+        assistant = lookup(ASSISTANT_PIECE)
+    return size, eod, assistant
 
 
 def padded_vocab(size: int, divisible_by: int) -> int:
@@ -467,10 +518,7 @@ def model_config(raw: dict[str, Any], path: str, vocab_size: int, seq: int, max_
 def _check_values(raw: dict[str, Any], bf16: bool) -> tuple[list[str], str, int]:
     """Values the reference supports only partly: the notes, the precision used and the ZeRO stage used."""
     notes: list[str] = []
-    supported = {
-        "data_impl": "mmap",
-        "tokenizer_type": "SPMTokenizer",
-    }
+    supported = {"data_impl": "mmap"}
     for key, value in supported.items():
         if key in raw and raw[key] != value:
             notes.append(f"{key}: {raw[key]} ({value} is used)")
@@ -523,7 +571,11 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     if decay not in DECAY_STYLES:
         raise ConfigError(f"lr_decay_style: {decay}: implemented are {', '.join(DECAY_STYLES)}")
     if megatron:
-        raw["tokenizer_type"] = "SPMTokenizer"  # read as Megatron-LM's GPTSentencePieceTokenizer below
+        given = str(megatron.get("tokenizer_type"))
+        if given not in MEGATRON_TOKENIZERS:
+            known = ", ".join(MEGATRON_TOKENIZERS)
+            raise ConfigError(f"--tokenizer-type {given}: the reference reads {known}")
+        raw["tokenizer_type"] = MEGATRON_TOKENIZERS[given]
     notes, precision, stage = _check_values(raw, bf16)
     unknown = sorted(set(raw) - IMPLEMENTED)
     if unknown:
@@ -542,11 +594,8 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
         raise ConfigError(f"{path}: optimizer.params.lr is required")
     betas = tuple(float(b) for b in params.get("betas", (0.9, 0.999)))
     vocab_file = str(_required(raw, "vocab_file", path))
-    vocab, eod, _ = tokenizer_ids(vocab_file, sft=False)
-    if megatron:  # GPTSentencePieceTokenizer: EOD is the model's EOS
-        import sentencepiece as spm
-
-        eod = spm.SentencePieceProcessor(model_file=vocab_file).eos_id()
+    tokenizer = (str(raw.get("tokenizer_type") or "GPT2BPETokenizer"), raw.get("merge_file"))
+    vocab, eod, _ = tokenizer_ids(vocab_file, False, *tokenizer, megatron=bool(megatron))
     heads = _int(raw, "num_attention_heads", minimum=1)
     hidden = _int(raw, "hidden_size", minimum=1)
     if heads is None or hidden is None or hidden % heads:
@@ -601,6 +650,7 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
         vocab_file=vocab_file,
         model=model,
         eod_id=eod,
+        tokenizer=tokenizer,
         not_implemented=notes,
         trainer="megatron" if megatron else "neox",
         keep_last=_int(raw, "keep_last_n_checkpoints", minimum=1),

@@ -224,7 +224,9 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
         cfg.seed,
         cfg.pack_impl,
     )
-    assistant = tokenizer_ids(cfg.vocab_file, sft=True)[2] if switches.sft else None
+    assistant = None
+    if switches.sft:
+        assistant = tokenizer_ids(cfg.vocab_file, True, *cfg.tokenizer, megatron=cfg.trainer == "megatron")[2]
     dist = dist_engine.init_distributed(cfg.backend)
     specs = train_specs + valid_specs
     built = [spec.ensure() if dist.main else False for spec in specs]

@@ -1,0 +1,198 @@
+"""Benchmark byte-level BPE tokenization: the tokenize CLI end to end against the ``tokenizers`` library's
+``encode_batch`` and gigatoken's ``encode_batch`` (texts in memory) and Megatron-LM's ``preprocess_data.py``,
+with the same tokenizer and threads.
+
+    .venv/bin/python bench/bench_tokenize_bpe.py [--workers 2] [--repeats 2] [--vocab 50000] [--no-megatron]
+
+1. Corpus: bench_tokenize_fast's Debian documentation in 20 languages (at least 200 MB of jsonl).
+2. A byte-level BPE of ``--vocab`` tokens trained here with the ``tokenizers`` library on 40 MB of it:
+   Llama 3's split pattern, a template BOS ``<|begin_of_text|>``, ``eos_token`` ``<|end_of_text|>``.
+3. Interleaved rounds (best of ``--repeats``; ``--workers`` threads; the CLI's 4 MB batches): ``tokenizers``
+   ``encode_batch_fast`` (template BOS added), gigatoken ``encode_batch`` (a fresh engine each round, so its
+   pretoken cache starts cold), and the CLI from jsonl to ``.bin/.idx`` (EOD appended).
+4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
+   sources of ``../shared/trainers``: its bytes must equal ours (every document's ids). Without it
+   (``--no-megatron``), every document is checked against ``tokenizers``' ids instead.
+
+Results are printed and written to bench/results/tokenize_bpe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's workflow_scripts, first
+
+import bench_tokenize
+import bench_tokenize_fast
+import harness
+import numpy as np
+import orjson
+from harness import Measured
+
+WORK = harness.WORK / "tokenize_bpe"
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>"]
+
+
+def log(msg: str) -> None:
+    print(f"[bench_tokenize_bpe] {msg}", flush=True)
+
+
+def train_bpe(batches: list[list[str]], vocab: int) -> Path:
+    """The benchmark's Llama-3-style byte-level BPE (trained once, on a seeded 40 MB sample)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    folder = WORK / f"bpe_{vocab}"
+    if (folder / "tokenizer.json").exists():
+        return folder / "tokenizer.json"
+    texts = [t for batch in batches for t in batch]
+    sample = random.Random(0).sample(texts, len(texts))
+    size, cut = 0, 0
+    while size < 40e6 and cut < len(sample):
+        size, cut = size + len(sample[cut]), cut + 1
+    tok = Tokenizer(models.BPE())
+    split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT), "isolated")
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(sample[:cut], trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{SPECIALS[0]} $A", special_tokens=[(SPECIALS[0], tok.token_to_id(SPECIALS[0]))]
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    data = orjson.loads(tok.to_str())
+    data["model"]["merges"] = [" ".join(m) for m in data["model"]["merges"]]  # tokenizers 0.15 reads them
+    data["model"].pop("ignore_merges", None)
+    (folder / "tokenizer.json").write_bytes(orjson.dumps(data))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": SPECIALS[0]}
+    config["eos_token"] = SPECIALS[1]
+    (folder / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    return folder / "tokenizer.json"
+
+
+def library_encode(model: Path, batches: list[list[str]]) -> Measured:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model))
+    start, cpu = time.perf_counter(), time.process_time()
+    for batch in batches:
+        tok.encode_batch_fast(batch, add_special_tokens=True)
+    return Measured(time.perf_counter() - start, time.process_time() - cpu)
+
+
+def gigatoken_encode(model: Path, batches: list[list[str]]) -> Measured:
+    import gigatoken
+
+    tok = gigatoken.Tokenizer(str(model))
+    start, cpu = time.perf_counter(), time.process_time()
+    for batch in batches:
+        tok.encode_batch(batch)
+    return Measured(time.perf_counter() - start, time.process_time() - cpu)
+
+
+def cli(corpus: Path, model: Path, prefix: Path, workers: int) -> Measured:
+    cmd = harness.cli("tokenize", "--input", corpus, "--output-prefix", prefix, "--tokenizer-model", model)
+    cmd += ["--append-eod", "--workers", str(workers), "--batch-mb", str(bench_tokenize.BATCH_MB)]
+    return harness.run_child(cmd, sample_rss=True, cwd=harness.ROOT)
+
+
+def megatron(corpus: Path, model: Path, workers: int) -> tuple[Measured, Path]:
+    from tests.trainers import trainers
+
+    prefix = WORK / "megatron"
+    args = ["tools/preprocess_data.py", "--input", str(corpus), "--output-prefix", str(prefix)]
+    args += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(model.parent)]
+    args += ["--json-keys", "text", "--append-eod", "--workers", str(workers)]
+    start = time.perf_counter()
+    out = trainers().run("megatron", args)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return Measured(time.perf_counter() - start, 0.0), Path(f"{prefix}_text_document")
+
+
+def library_identity(prefix: Path, model: Path, batches: list[list[str]]) -> dict[str, int]:
+    """Every document of ``prefix`` against ``tokenizers``' ids + EOD."""
+    from tokenizers import Tokenizer
+
+    from workflow_scripts.core.indexed_dataset import IndexedDataset
+
+    tok = Tokenizer.from_file(str(model))
+    eod = tok.token_to_id(SPECIALS[1])
+    ds = IndexedDataset(str(prefix) + "_text_document")
+    doc = mismatches = 0
+    for batch in batches:
+        for e in tok.encode_batch_fast(batch, add_special_tokens=True):
+            mismatches += doc >= ds.num_documents or not np.array_equal(ds.document(doc), [*e.ids, eod])
+            doc += 1
+    return {"documents": doc, "stored": ds.num_documents, "mismatches": mismatches}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=50000)
+    parser.add_argument("--no-megatron", action="store_true", help="skip Megatron-LM's preprocess_data.py")
+    args = parser.parse_args()
+    os.environ["RAYON_NUM_THREADS"] = str(args.workers)  # both libraries size their pools from it, once
+    WORK.mkdir(parents=True, exist_ok=True)
+    corpus = bench_tokenize_fast.make_corpus()
+    batches, input_bytes = bench_tokenize.load_batches(corpus)
+    mb = input_bytes / 1e6
+    model = train_bpe(batches, args.vocab)
+    res: dict[str, Any] = {
+        "corpus": {"mb": round(mb, 1), "documents": sum(map(len, batches))},
+        "workers": args.workers,
+        "tokenizer": f"byte-level BPE {args.vocab}, Llama 3's split, template BOS (trained here)",
+    }
+    out = WORK / "out"
+    out.mkdir(exist_ok=True)
+    steps = {
+        "tokenizers_encode_batch": lambda: library_encode(model, batches),
+        "gigatoken_encode_batch": lambda: gigatoken_encode(model, batches),
+        "cli": lambda: cli(corpus, model, out / "ours", args.workers),
+    }
+    runs: dict[str, list[Measured]] = {name: [] for name in steps}
+    for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
+        m = steps[name]()
+        runs[name].append(m)
+        log(f"round {r + 1}: {name} {m.wall:.2f}s wall {m.cpu:.2f}s cpu")
+    best = harness.best({k: [m.wall for m in v] for k, v in runs.items()})
+    for k in runs:
+        res[k] = {"best_s": round(best[k], 2), "best_mb_s": round(mb / best[k], 2)}
+    for base in ("gigatoken_encode_batch", "tokenizers_encode_batch"):
+        harness.compare("tokenize CLI end to end (best)", mb / best["cli"], base, mb / best[base])
+        res[f"ratio_cli_vs_{base}"] = round(best[base] / best["cli"], 3)
+    stats = orjson.loads((out / "ours_text_document.stats.json").read_bytes())
+    res["fast_encode"] = stats["fast_encode"]
+    res["peak_rss_mb"] = int(max(m.rss_mib for m in runs["cli"]))
+    log(f"engine: {stats['fast_encode']}")
+    if args.no_megatron:
+        res["identity"] = library_identity(out / "ours", model, batches)
+        res["megatron"] = "skipped: --no-megatron"
+    else:
+        meg, theirs = megatron(corpus, model, args.workers)
+        harness.compare("tokenize CLI (best)", mb / best["cli"], "Megatron preprocess_data", mb / meg.wall)
+        ours = f"{out / 'ours'}_text_document"
+        same = all(Path(ours + e).read_bytes() == Path(f"{theirs}{e}").read_bytes() for e in (".bin", ".idx"))
+        res["megatron"] = {"wall_s": round(meg.wall, 2), "mb_s": round(mb / meg.wall, 2), "identical": same}
+        res["ratio_cli_vs_megatron"] = round(meg.wall / best["cli"], 3)
+    log(f"identity: {res.get('identity') or res['megatron']}")
+    harness.write_results("tokenize_bpe", res)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""gigatoken as the byte-level encoder (tokens/byte_engine): used only where it gives the ``tokenizers``
+library's ids, documents with unassigned code points routed to the library, the template's tokens framed."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from tokenizers import Tokenizer, pre_tokenizers
+
+from tests.utils import byte_level_bpe
+from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned
+from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+
+WORDS = ["Rīga", "東京", "русский", "العربية", "🙂👍🏽", "it's", "12345", "a\u00a0b", "c\u2028d", "\r\n"]
+
+
+def clean(values: list[str]) -> list[str]:
+    """Lone surrogates (not valid UTF-8) replaced."""
+    return [v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") for v in values]
+
+
+def texts(seed: int, n: int = 300) -> list[str]:
+    rng = random.Random(seed)
+    out = [" ".join(rng.choices(WORDS, k=rng.randint(1, 30))) for _ in range(n)]
+    out += ["".join(chr(rng.randrange(0x20, 0x40000)) for _ in range(50)) for _ in range(n)]  # any code point
+    return [*clean(out), "", "<|endoftext|>x"]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["gpt2", "llama3"])
+def tok(request, tmp_path_factory) -> HFTokenizer:
+    sample = texts(1, 100)
+    return HFTokenizer(byte_level_bpe(tmp_path_factory.mktemp("tok"), sample, llama3=request.param))
+
+
+def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer) -> None:
+    sample = texts(2)
+    encodings = tok.backend.encode_batch(sample, add_special_tokens=True)
+    expected = [np.asarray(e.ids, np.int32) for e in encodings]
+    with tok.fast_encoding(True, 2, 0, 0) as engine:
+        assert engine is not None, tok.engine_note
+        ids, lengths = tok.encode_flat(sample, 2)
+        assert 0 < engine.routed < len(sample)  # random code points include unassigned ones
+    assert lengths.tolist() == [len(e) for e in expected]
+    assert np.array_equal(ids, np.concatenate(expected))
+    assert tok.engine is None  # only inside the block
+
+
+def test_a_setting_gigatoken_reads_differently_keeps_the_library(tmp_path: Path) -> None:
+    path = byte_level_bpe(tmp_path, texts(3, 50))
+    backend = Tokenizer.from_file(str(path))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(), backend.pre_tokenizer])
+    engine, why = Engine.start(backend, ["<|endoftext|>"])
+    assert engine is None and "Digits" in why
+
+
+def test_unassigned_code_points_and_framing() -> None:
+    assert not has_unassigned("plain ascii") and not has_unassigned("東京 Rīga 🙂")
+    assert has_unassigned("x\u0378y")  # unassigned in every Unicode version so far
+    ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), [1], [2, 3])
+    assert ids.tolist() == [1, 5, 6, 2, 3, 1, 2, 3, 1, 7, 2, 3] and lengths.tolist() == [5, 3, 4]
+
+
+def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
+    with tok.fast_encoding(True, 1, 0, 0) as engine:
+        stats = tok.engine_stats(engine)
+    assert stats["enabled"] and stats["engine"].startswith("gigatoken ") and "probe texts" in stats["why"]
+    with tok.fast_encoding(False, 1, 0, 0) as engine:
+        assert tok.engine_stats(engine) == {"enabled": False, "engine": "tokenizers", "why": "turned off"}
+    assert orjson.dumps(stats)
