@@ -11,16 +11,22 @@ differently (``routed`` counts them). gigatoken adds no post-processor tokens: t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import random
 import unicodedata
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core.fsio import atomic_path
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "snakepack"
 UNSAFE = {  # tokenizer.json settings gigatoken encodes differently without an error (read from the file)
     '"type":"Digits"': "a Digits pre-tokenizer",
     '"behavior":"Removed"': "a Split that removes its matches",
@@ -54,15 +60,33 @@ ODD = [
 
 @functools.cache
 def unassigned() -> np.ndarray:
-    """Whether each code point is unassigned (``Cn``) in this Python's Unicode database."""
-    return np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
+    """Whether each code point is unassigned (``Cn``) in this Python's Unicode database (cached on disk per
+    Unicode version: computing it takes most of a second)."""
+    cache = CACHE / f"unassigned-{unicodedata.unidata_version}.npy"
+    if cache.is_file():
+        return np.unpackbits(np.load(cache))[:0x110000].astype(bool)
+    table = np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
+    with contextlib.suppress(OSError):  # a read-only home only costs the time
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(str(cache)) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.packbits(table))
+    return table
+
+
+@functools.cache
+def mixed_blocks() -> np.ndarray:
+    """Whether each block of 128 code points holds an unassigned one."""
+    return unassigned().reshape(-1, 128).any(axis=1)
 
 
 def has_unassigned(text: str) -> bool:
-    """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned."""
+    """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned (a lookup in a
+    small per-block table first, the full table only for the code points of blocks with a gap)."""
     if text.isascii():
         return False
-    return bool(unassigned()[np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)].any())
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    gaps = mixed_blocks()[points >> 7]
+    return bool(gaps.any() and unassigned()[points[gaps]].any())
 
 
 def probe(specials: Sequence[str], seed: int = 0) -> list[str]:

@@ -201,7 +201,8 @@ class HFTokenizer:
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.engine is None:
             return self._library_flat(texts, specials)
-        routed = [len(t) > LONG_CHARS or has_unassigned(t) for t in texts]
+        suspect = has_unassigned("".join(texts))  # one scan of the batch; per text only when it finds one
+        routed = [len(t) > LONG_CHARS or (suspect and has_unassigned(t)) for t in texts]
         ids, lengths = self.engine.encode([t for t, r in zip(texts, routed, strict=True) if not r])
         if specials:
             ids, lengths = frame(ids, lengths, *self.specials)
