@@ -10,7 +10,6 @@ names, ``tokenizer.model``.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from workflow_scripts.core.cli import UserError
@@ -53,9 +52,6 @@ def resolve(config: dict[str, Any], sample_dir: str) -> tuple[dict[str, Group], 
     check_config(
         config["mixtures"], config["datapacks"]["phases"], [*groups, *(i.group for i in imports.values())]
     )
-    model = config["tokenizer"]["model"]
-    if model and not os.path.isfile(model):
-        raise UserError(f"tokenizer.model: {model} is not a file")
     return groups, imports
 
 

@@ -19,7 +19,7 @@ ALL_SETTINGS = [*STAGE_SETTINGS, TrainingSettings, Phase, DatapacksSettings]
 WORKFLOW_KEYS = {
     "ingest": set(),
     "dedup": {"enabled", "band_groups", "partitions"},
-    "tokenizer": {"model"},
+    "tokenizer": {"model", "type", "merges", "kind"},
     "tokenize": set(),
     "training": set(),
     "datapacks": {"phases"},

@@ -128,6 +128,9 @@ def from_config(section: dict[str, Any], trained_dir: str) -> TokenizerFiles:
     """The tokenizer of the config's ``tokenizer`` section: ``model`` (its kind read or given), else the one
     the workflow trains into ``trained_dir`` (``kind``: ``spm.model`` or ``tokenizer.json``)."""
     if section.get("model"):
+        for key in ("model", "merges"):
+            if section.get(key) and not os.path.isfile(section[key]):
+                raise TokenizerKindError(f"tokenizer.{key}: {section[key]} is not a file")
         return TokenizerFiles.resolve(section["model"], section.get("type", "auto"), section.get("merges"))
     if section.get("kind") == "hf-bpe":
         return TokenizerFiles("hf", f"{trained_dir}/tokenizer.json")
