@@ -12,7 +12,7 @@ import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 
 from tests.utils import byte_level_bpe
-from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned
+from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, is_suspect, utf8_batch
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
 WORDS = ["Rīga", "東京", "русский", "العربية", "🙂👍🏽", "it's", "12345", "a\u00a0b", "c\u2028d", "\r\n"]
@@ -62,6 +62,18 @@ def test_unassigned_code_points_and_framing() -> None:
     assert has_unassigned("x\u0378y")  # unassigned in every Unicode version so far
     ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), [1], [2, 3])
     assert ids.tolist() == [1, 5, 6, 2, 3, 1, 2, 3, 1, 7, 2, 3] and lengths.tolist() == [5, 3, 4]
+
+
+def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTokenizer) -> None:
+    assert is_suspect("x\u0378".encode()) and is_suspect(b"\xcd")  # whole, or its first byte (U+0340..)
+    assert is_suspect("a\U000e0080".encode()[:3])  # cut after its third byte
+    assert not is_suspect("東京 🙂".encode()) and not is_suspect(b"\xe6") and not is_suspect(b"\xb8\x80")
+    sample = texts(4)
+    with tok.fast_encoding(True, 2, 0, 0) as engine:
+        assert engine is not None, tok.engine_note
+        suspected = set(engine.suspected(*engine.encode(*utf8_batch(sample))).tolist())
+    holding = {i for i, t in enumerate(sample) if has_unassigned(t)}
+    assert holding and holding <= suspected
 
 
 def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:

@@ -7,6 +7,11 @@ written in text, odd whitespace, every script and seeded random code points. A d
 point that this Python's Unicode database leaves unassigned goes to the ``tokenizers`` library too:
 gigatoken knows newer Unicode than the ``tokenizers`` library's regex engine, so it may split such text
 differently (``routed`` counts them). gigatoken adds no post-processor tokens: the caller adds them.
+
+Finding those documents costs little: the engine's own ids point at them. A byte-level token's bytes
+either hold a whole unassigned code point or end in the first bytes of one (a code point cut between
+tokens starts in some token), so only a document with such a *suspect* token (``suspect_tokens``: a few
+dozen in a 50k vocabulary) is scanned, character by character (``has_unassigned``).
 """
 
 from __future__ import annotations
@@ -89,6 +94,41 @@ def has_unassigned(text: str) -> bool:
     return bool(gaps.any() and unassigned()[points[gaps]].any())
 
 
+def utf8_width(lead: int) -> int:
+    """Bytes of the UTF-8 sequence a byte starts (1 for ASCII and continuation bytes)."""
+    return 2 if 0xC0 <= lead < 0xE0 else 3 if 0xE0 <= lead < 0xF0 else 4 if lead >= 0xF0 else 1
+
+
+def is_suspect(token: bytes) -> bool:
+    """Whether a token's bytes hold an unassigned code point or end in the first bytes of a sequence that
+    could encode one (leading continuation bytes belong to an earlier token's code point)."""
+    start, end = 0, len(token)
+    while start < end and 0x80 <= token[start] < 0xC0:
+        start += 1
+    last = end - 1
+    while last >= start and 0x80 <= token[last] < 0xC0:
+        last -= 1
+    if last >= start and end - last < utf8_width(token[last]):  # cut: any code point it may start counts
+        width, head = utf8_width(token[last]), token[last:]
+        low = token[last] & (0x7F >> width)
+        for byte in head[1:]:
+            low = low << 6 | byte & 0x3F
+        spare = 6 * (width - len(head))
+        if unassigned()[low << spare : min((low + 1) << spare, 0x110000)].any():
+            return True
+        end = last
+    text = token[start:end].decode("utf-8", "replace")
+    return not text.isascii() and has_unassigned(text)
+
+
+def suspect_tokens(vocab: dict[int, bytes], size: int) -> np.ndarray:
+    """``is_suspect`` of every token id (False for an id without a token)."""
+    table = np.zeros(size, bool)
+    for token, data in vocab.items():
+        table[token] = not data.isascii() and is_suspect(data)
+    return table
+
+
 def probe(specials: Sequence[str], seed: int = 0) -> list[str]:
     """Texts that tell a byte-level encoder from another: special tokens written in text (whole, cut, in
     words), odd whitespace, many scripts and seeded random assigned code points."""
@@ -98,7 +138,9 @@ def probe(specials: Sequence[str], seed: int = 0) -> list[str]:
         texts += [token, f"x{token}y", f" {token} ", token + token, token[:-1], f"{token}\n{token[1:]}"]
     words = [*SAMPLES, *ODD, "it's", "I'll", "don't", "12345678", "3.14", "x.y", "--", "...", "$€£"]
     texts += [" ".join(rng.choices(words, k=12)) for _ in range(200)]
-    points = [c for c in range(0x20, 0x30000) if not unassigned()[c] and not 0xD800 <= c < 0xE000]
+    assigned = ~unassigned()[:0x30000]
+    assigned[:0x20] = assigned[0xD800:0xE000] = False
+    points = np.flatnonzero(assigned).tolist()
     texts += ["".join(chr(c) for c in rng.sample(points, 40)) for _ in range(200)]
     texts += ["a" + chr(c) + "b " + chr(c) * 2 for c in rng.sample(points, 2000)]
     return texts
@@ -110,6 +152,7 @@ class Engine:
     def __init__(self, impl: Any, version: str) -> None:
         self.impl = impl
         self.name = f"gigatoken {version}"
+        self.suspects = suspect_tokens(impl.vocab, impl.vocab_size)
         self.routed = 0  # documents encoded by the tokenizers library instead (unassigned code points)
 
     @classmethod
@@ -136,14 +179,34 @@ class Engine:
         engine = cls(impl, metadata.version("gigatoken"))
         return engine, f"{engine.name}: the tokenizers library's ids on {len(texts)} probe texts"
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """All ids (int32) and per-text lengths (int64), no post-processor tokens."""
+    def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (int32) and lengths (int64) of the texts whose UTF-8 bytes ``blob`` holds back to back
+        (``sizes`` bytes each), no post-processor tokens. The texts go in as one buffer: no object each."""
         import awkward as ak
 
-        layout = ak.to_layout(self.impl.encode_batch(list(texts)))
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
+        string = {"__array__": "string"}
+        texts = ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters=string)
+        layout = ak.to_layout(self.impl.encode_batch(ak.Array(texts)))
         offsets = np.asarray(layout.offsets.data, np.int64)
         ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
         return ids.astype(np.int32), np.diff(offsets)
+
+    def suspected(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The texts (indices) whose ids hold a suspect token: the only ones that may hold an unassigned
+        code point."""
+        at = np.flatnonzero(np.take(self.suspects, ids))
+        if not len(at):
+            return at
+        return np.unique(np.searchsorted(np.cumsum(lengths), at, side="right"))
+
+
+def utf8_batch(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
+    """The texts' UTF-8 bytes back to back and each one's size."""
+    data = [t.encode() for t in texts]
+    return b"".join(data), np.fromiter(map(len, data), np.int64, len(data))
 
 
 def frame(

@@ -49,11 +49,12 @@ resolved per-record settings, SFT encoding and ``[BOS] tokens [EOD]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,7 +69,7 @@ from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.fast_encode import FastEncoder
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
 from workflow_scripts.tokens.kinds import TokenizerFiles
-from workflow_scripts.tokens.reader import REASONS, Reject, pop_long, prefetch, read_batches
+from workflow_scripts.tokens.reader import REASONS, Batch, Reject, pop_long, prefetch, read_batches
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter
 
@@ -112,12 +113,9 @@ def tokenize_file(
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
     ):
-        for batch in prefetch(read_batches(input_path, settings, batch_bytes)):
-            long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
-            if splitter is not None:
-                flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
-            else:
-                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+        utf8 = tokenizer.kind != "sentencepiece"  # the byte-level engine reads UTF-8 bytes
+        batches = prefetch(read_batches(input_path, settings, batch_bytes, utf8))
+        for batch, long, flat, lengths in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
             keep = (lengths > 0) & (lengths >= settings.min_tokens)
             rejects = batch.rejects + [
                 Reject(
@@ -183,6 +181,27 @@ def tokenize_file(
     }
     write_json(prefix + ".stats.json", stats)
     return stats
+
+
+def encoded(
+    batches: Generator[Batch, None, None],
+    tokenizer: AnyTokenizer,
+    splitter: MarkerSplitter | None,
+    settings: RecordSettings,
+    workers: int,
+) -> Generator[tuple[Batch, tuple[str, int, Any, int] | None, np.ndarray, np.ndarray], None, None]:
+    """Each batch with its long document taken out (pretraining), and its texts' ids and lengths (run in a
+    thread of its own by ``prefetch``: the next batch encodes while this one is written)."""
+    with contextlib.closing(batches):
+        for batch in batches:
+            long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
+            if splitter is not None:
+                flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
+            elif tokenizer.kind != "sentencepiece":  # the byte-level engine reads the reader's UTF-8 bytes
+                flat, lengths = tokenizer.encode_flat(batch.texts, workers, utf8=batch.utf8_batch())
+            else:
+                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+            yield batch, long, flat, lengths
 
 
 def fast_summary(tokenizer: AnyTokenizer, fast: FastEncoder | Engine | None, enabled: bool) -> dict[str, Any]:

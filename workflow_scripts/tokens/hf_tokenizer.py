@@ -32,7 +32,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, pre_tokenizers
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned
+from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, utf8_batch
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
@@ -192,30 +192,29 @@ class HFTokenizer:
         yield np.asarray(after, np.int32)
 
     def encode_flat(
-        self, texts: Sequence[str], threads: int, specials: bool = True
+        self,
+        texts: Sequence[str],
+        threads: int,
+        specials: bool = True,
+        utf8: tuple[bytes, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts`` (with the post-processor's tokens unless ``specials`` is False); return all ids
-        concatenated (int32) and the per-text lengths (int64)."""
+        concatenated (int32) and the per-text lengths (int64). ``utf8``: the texts' UTF-8 bytes and sizes
+        (``byte_engine.utf8_batch``), when the caller has them."""
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.engine is None:
             return self._library_flat(texts, specials)
-        suspect = has_unassigned("".join(texts))  # one scan of the batch; per text only when it finds one
-        routed = [len(t) > LONG_CHARS or (suspect and has_unassigned(t)) for t in texts]
-        ids, lengths = self.engine.encode([t for t, r in zip(texts, routed, strict=True) if not r])
-        if specials:
-            ids, lengths = frame(ids, lengths, *self.specials)
-        if not any(routed):
-            return ids, lengths
-        self.engine.routed += sum(routed)
-        parts = iter(np.split(ids, np.cumsum(lengths)[:-1]))
-        arrays = [
-            self._library_flat([t], specials)[0] if r else next(parts)
-            for t, r in zip(texts, routed, strict=True)
-        ]
-        lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-        return np.concatenate(arrays), lengths
+        ids, lengths = self.engine.encode(*(utf8 or utf8_batch(texts)))
+        routed = [i for i in self.engine.suspected(ids, lengths) if has_unassigned(texts[i])]
+        if routed:
+            self.engine.routed += len(routed)
+            parts = np.split(ids, np.cumsum(lengths)[:-1])
+            for i in routed:
+                parts[i] = self._library_flat([texts[i]], False)[0]
+            ids, lengths = np.concatenate(parts), np.fromiter(map(len, parts), np.int64, len(parts))
+        return frame(ids, lengths, *self.specials) if specials else (ids, lengths)
 
     def _library_flat(self, texts: Sequence[str], specials: bool) -> tuple[np.ndarray, np.ndarray]:
         """``encode_flat`` by the ``tokenizers`` library."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import numpy as np
 import orjson
 
 from workflow_scripts.core.fsio import open_binary
@@ -50,6 +51,7 @@ class Batch:
     lines: list[int] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)
     text_bytes: list[int] = field(default_factory=list)
+    utf8: list[bytes] = field(default_factory=list)  # the texts' UTF-8 bytes, when asked for
     rejects: list[Reject] = field(default_factory=list)
     input_bytes: int = 0
     size: int = 0  # text bytes, to cut batches
@@ -57,6 +59,13 @@ class Batch:
     @property
     def docs_in(self) -> int:
         return len(self.texts) + len(self.rejects)
+
+    def utf8_batch(self) -> tuple[bytes, np.ndarray]:
+        """The texts' UTF-8 bytes back to back and each one's size (``read_batches(..., utf8=True)``)."""
+        sizes = np.asarray(self.text_bytes, np.int64)
+        if len(self.utf8) != 1 or len(self.utf8[0]) != sizes.sum():
+            raise ValueError("the batch's UTF-8 bytes were not read, or it holds a long document")
+        return self.utf8[0], sizes
 
 
 def classify(
@@ -94,8 +103,11 @@ def utf8_length(text: str, chunk: int = 1 << 20) -> int:
     return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
 
 
-def read_batches(path: str, settings: RecordSettings, batch_bytes: int) -> Generator[Batch, None, None]:
-    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text."""
+def read_batches(
+    path: str, settings: RecordSettings, batch_bytes: int, utf8: bool = False
+) -> Generator[Batch, None, None]:
+    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text (with
+    ``utf8``, their UTF-8 bytes too, joined here in the reader's thread). A long document ends its batch."""
     splitter = MarkerSplitter(settings.markers) if settings.markers else None
     batch = Batch()
     with open_binary(path) as f:
@@ -108,21 +120,33 @@ def read_batches(path: str, settings: RecordSettings, batch_bytes: int) -> Gener
                 batch.rejects.append(text)
                 continue
             raw = b""  # let the line go: the batch holds the text
-            nbytes = utf8_length(text)
+            if utf8 and len(text) <= LONG_CHARS:
+                batch.utf8.append(text.encode())
+                nbytes = len(batch.utf8[-1])
+            else:
+                nbytes = utf8_length(text)
             batch.texts.append(text)
             batch.lines.append(line)
             batch.ids.append(rid)
             batch.text_bytes.append(nbytes)
             batch.size += nbytes
+            full = batch.size >= batch_bytes or len(text) > LONG_CHARS
             del text
-            if batch.size >= batch_bytes:
-                yield batch
+            if full:
+                yield joined(batch, utf8)
                 batch = Batch()
     if batch.docs_in or batch.input_bytes:
-        yield batch
+        yield joined(batch, utf8)
 
 
-def prefetch(items: Generator[T, None, None], depth: int = 2) -> Iterator[T]:
+def joined(batch: Batch, utf8: bool) -> Batch:
+    """The batch with its texts' UTF-8 bytes joined into one buffer (the long document's left out)."""
+    if utf8:
+        batch.utf8 = [b"".join(batch.utf8)]
+    return batch
+
+
+def prefetch(items: Generator[T, None, None], depth: int = 2) -> Generator[T, None, None]:
     """Run the generator ``items`` in a background thread, at most ``depth`` items ahead; its exceptions
     re-raise here. Closing the returned iterator stops the thread and closes ``items``."""
     q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
@@ -159,7 +183,7 @@ def prefetch(items: Generator[T, None, None], depth: int = 2) -> Iterator[T]:
 
 def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
     """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
-    bytes)``. Batches are cut by size, so a long document is always the last of its batch."""
+    bytes)``. A long document always ends its batch (and has no UTF-8 bytes in it)."""
     if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
         return None
     return batch.texts.pop(), batch.lines.pop(), batch.ids.pop(), batch.text_bytes.pop()
