@@ -29,17 +29,18 @@ from the model is an error, where SentencePiece's ``piece_to_id`` would silently
 ``id:N``. In SFT mode (``--sft``) the spans between markers are encoded and each marker becomes its token;
 in pretraining mode the markers are only searched for.
 
-Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text while the main thread
-encodes the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases
-the GIL) and writes the tokens with the vectorised builder. With ``--fast-encode`` (the default) the batch
-goes through ``fast_encode.FastEncoder`` instead: one compiled memo of word-like units, each distinct
-unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the
-stats' ``fast_encode`` gives the memo's hit rate and size, or why the model needs SentencePiece for every
-text). Memory is bounded by two batches plus the index arrays (12 bytes per document), whatever the shard
+Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
+the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
+a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's UTF-8 bytes) and the main thread writes
+the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch goes through
+``fast_encode.FastEncoder`` instead: one compiled memo of word-like units, each distinct unit encoded once (by
+SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
+gives the memo's hit rate and size, or why the model needs SentencePiece for every text). Memory is bounded by
+six batches (two read and two encoded ahead) plus the index arrays (12 bytes per document), whatever the shard
 size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a
-document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a
-space after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a
-space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space
+after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is
+cut where it must and counted in the stats (``long_document_unsafe_cuts``).
 
 This module is the command and its loop; ``tokenizer`` holds the model (token lookup, the EOD rule, batched
 and long-document encoding), ``reader`` the batches and rejects read ahead in a thread, and ``framing`` the
