@@ -65,7 +65,7 @@ try:  # everything knowable from the config fails here, in one line naming the k
     GROUPS, IMPORTS = inputs.resolve(config, SAMPLE_DIR)
     config["train"] = hf_start.resolve(config["train"], TRAIN_LAYOUT)  # init_from.hf: its import is the start
     if INIT_HF and not workflow.remote_exec:  # the model's tokenizer is the data's, or no job runs
-        hf_start.check_tokenizer(INIT_HF, TOKENIZER)
+        hf_start.check_tokenizer(INIT_HF, TOKENIZER_FILES)
 except UserError as error:
     raise WorkflowError(f"config: {error}") from None
 

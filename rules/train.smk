@@ -121,6 +121,7 @@ rule train_import:
     input:
         model=lambda wildcards: hf_start.model_files(INIT_HF),
         tokenizer=TOKENIZER,
+        merges=TOKENIZER_MERGES,
     output:
         checkpoint=directory(TRAIN_LAYOUT.import_checkpoint),
         check=TRAIN_LAYOUT.import_check,
@@ -128,12 +129,13 @@ rule train_import:
         TRAIN_LAYOUT.log("import"),
     params:
         hf=INIT_HF,
+        tokenizer=TOKENIZER_OPTS,
         layout=lambda wildcards: hf_start.import_args(config["train"]["base_config"]),
     conda:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts hf-import --hf {params.hf:q} --tokenizer-model {input.tokenizer:q}"
-        " --out {output.checkpoint:q} --check {output.check:q} {params.layout} > {log:q} 2>&1"
+        " {params.tokenizer} --out {output.checkpoint:q} --check {output.check:q} {params.layout} > {log:q} 2>&1"
 
 
 rule train_export:
@@ -142,6 +144,7 @@ rule train_export:
     input:
         unpack(get_export_inputs),
         tokenizer=TOKENIZER,
+        merges=TOKENIZER_MERGES,
     output:
         folder=directory(TRAIN_LAYOUT.export("{export}")),
         check=TRAIN_LAYOUT.export_check("{export}"),
@@ -149,6 +152,7 @@ rule train_export:
         TRAIN_LAYOUT.log("export_{export}"),
     params:
         checkpoint=export_checkpoint,
+        tokenizer=TOKENIZER_OPTS,
         source=shlex.join(["--hf-source", INIT_HF]) if INIT_HF else "",
         shard_mb=config["train"]["export"].get("shard_mb", 5000),
         vocab=config["train"]["export"].get("vocab", "padded"),
@@ -156,7 +160,7 @@ rule train_export:
         "../envs/train.yaml"
     shell:
         "python -m workflow_scripts hf-export --checkpoint {params.checkpoint:q} --config {input.config:q}"
-        " --tokenizer-model {input.tokenizer:q} --out {output.folder:q} --check {output.check:q}"
+        " --tokenizer-model {input.tokenizer:q} {params.tokenizer} --out {output.folder:q} --check {output.check:q}"
         " {params.source} --shard-mb {params.shard_mb} --vocab {params.vocab} > {log:q} 2>&1"
 
 

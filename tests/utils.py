@@ -275,15 +275,25 @@ def tiny_llama(seed: int = 0, **config: Any) -> Any:
 
 
 def hf_folder(root: Path, data_model: Path, **config) -> Path:
-    """A tiny LLaMA's Hugging Face folder whose tokenizer is ``data_model`` (its vocabulary and end of
-    document)."""
-    import sentencepiece as spm
+    """A tiny LLaMA's Hugging Face folder whose tokenizer is ``data_model`` (a SentencePiece model, a
+    tokenizer.json with its tokenizer_config.json, or a GPT-2 vocab.json with the merges beside it): its
+    vocabulary, its file(s) and its end of document."""
+    from workflow_scripts.tokens.kinds import TokenizerFiles
 
-    sp = spm.SentencePieceProcessor(model_file=str(data_model))
-    eod = sp.piece_to_id("<|endoftext|>")
-    model = tiny_llama(**({"vocab_size": sp.get_piece_size(), "eos_token_id": eod} | config))
+    files = TokenizerFiles.resolve(str(data_model))
+    tok = files.load()
+    eod = tok.token_id("<|endoftext|>")
+    model = tiny_llama(**({"vocab_size": tok.vocab_size, "eos_token_id": eod} | config))
     model.save_pretrained(root)
-    shutil.copy(data_model, root / "tokenizer.model")
+    if files.kind == "sentencepiece":
+        shutil.copy(data_model, root / "tokenizer.model")
+    elif files.kind == "hf":
+        shutil.copy(data_model, root / "tokenizer.json")
+        if (data_model.parent / "tokenizer_config.json").is_file():
+            shutil.copy(data_model.parent / "tokenizer_config.json", root / "tokenizer_config.json")
+    else:
+        shutil.copy(data_model, root / "vocab.json")
+        shutil.copy(files.merges, root / "merges.txt")
     return root
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.utils import write_jsonl
+from tests.utils import byte_level_bpe, gpt2_pair, write_jsonl
 from workflow_scripts.cli import main as snakepack
 
 
@@ -19,3 +19,18 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     args = [str(src), "--model-prefix", str(root / "spm"), "--vocab-size", "300", "--max-sentences", "1000"]
     assert snakepack(["train-tokenizer", *args]) == 0
     return root / "spm.model"
+
+
+@pytest.fixture(scope="session")
+def bpe_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Byte-level data tokenizers with ``<|endoftext|>``: ``hf`` (a tokenizer.json with its
+    tokenizer_config.json) and ``gpt2`` (the same BPE as GPT-2's vocab.json + merges.txt); and ``llama3``
+    (a tokenizer.json without ``<|endoftext|>``)."""
+    root = tmp_path_factory.mktemp("bpe")
+    texts = ["Größe alpha beta, gamma; Москва 東京 delta 12345.", "epsilon zeta eta  theta\tiota kappa"] * 50
+    hf = byte_level_bpe(root / "hf", texts, vocab_size=400)
+    return {
+        "hf": hf,
+        "gpt2": gpt2_pair(hf, root / "gpt2")[0],
+        "llama3": byte_level_bpe(root / "llama3", texts, llama3=True, vocab_size=400),
+    }

@@ -93,3 +93,26 @@ def test_a_mapping_bug_fails_the_check_and_leaves_no_folder(tmp_path, model, cap
     check = read_json(tmp_path / "export.json")
     assert not check["ok"] and check["logits"]["max_abs"] > 1e-3
     assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.parametrize("source", [False, True], ids=["written", "from-source"])
+@pytest.mark.parametrize("kind", ["hf", "gpt2"])
+def test_a_byte_level_data_tokenizer_goes_out_as_the_same_tokenizer(tmp_path, bpe_models, kind, source):
+    import transformers
+
+    from workflow_scripts.tokens.kinds import TokenizerFiles
+
+    data = bpe_models[kind]
+    hf, ckpt, pack = imported(tmp_path, data, 1, False)
+    out = tmp_path / "export"
+    assert run_export(ckpt, pack, data, out, *(["--hf-source", str(hf)] if source else [])) == 0
+    check = read_json(f"{out}.json")
+    assert check["ok"] and not check["tokenizer_differs"] and check["tokenizer_texts"] == 4, check
+    copied = source and kind == "hf"  # a folder of vocab.json + merges.txt alone: the data's is written
+    assert check["tokenizer_from"] == str(hf if copied else data)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    tok = TokenizerFiles.resolve(str(data)).load()
+    assert tokenizer.eos_token == "<|endoftext|>"
+    assert tokenizer.eos_token_id == tok.token_id("<|endoftext|>") == read_config(str(out))["eos_token_id"]
+    text = "Größe  alpha,\t\u041c\u043e\u0441\u043a\u0432\u0430 東京 <|endoftext|> 123"
+    assert tokenizer.encode(text, add_special_tokens=False) == tok.plain(text)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.utils import hf_folder, write_jsonl
+from tests.utils import byte_level_bpe, hf_folder, write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train import hf_layout
@@ -77,3 +77,27 @@ def test_gpt_neox_converters_qkv_layout_fails_the_logit_check(tmp_path, model, m
     assert "logits differ by" in capsys.readouterr().err
     check = read_json(tmp_path / "ckpt" / "import.json")
     assert check["ok"] is False and check["logits"]["max_abs"] > 1e-2
+
+
+@pytest.mark.parametrize("kind", ["hf", "gpt2"])
+def test_a_byte_level_data_tokenizer_imports_with_its_models_tokenizer(tmp_path, bpe_models, kind):
+    data = bpe_models[kind]
+    hf = hf_folder(tmp_path / "hf", data)
+    assert run_import(hf, data, tmp_path / "ckpt") == 0
+    assert read_json(tmp_path / "ckpt" / "import.json")["ok"]
+
+
+def test_a_byte_level_tokenizer_of_other_merges_stops_the_import(tmp_path, bpe_models, capsys):
+    hf = hf_folder(tmp_path / "hf", bpe_models["hf"])
+    other = byte_level_bpe(tmp_path / "other", ["one two three four five six seven"] * 40, vocab_size=400)
+    assert run_import(hf, other, tmp_path / "ckpt") == 2
+    assert re.search(r"tokenizer\.json and the data's .* differ at \d+ of \d+ ids", capsys.readouterr().err)
+
+
+def test_a_data_tokenizer_without_gpt_neoxs_end_of_document_is_refused(tmp_path, bpe_models, capsys):
+    data = bpe_models["llama3"]
+    hf = hf_folder(tmp_path / "hf", bpe_models["hf"])
+    assert run_import(hf, data, tmp_path / "ckpt") == 2
+    assert "GPT-NeoX takes EOD = token_to_id('<|endoftext|>'), a token this tokenizer lacks" in (
+        capsys.readouterr().err
+    )

@@ -1,12 +1,14 @@
 """The sample end to end with each tokenizer kind: a byte-level BPE ``tokenizer.json`` the workflow trains
 (``tokenizer.kind: hf-bpe``, GPT-NeoX's ``HFTokenizer``), then the same BPE as a GPT-2 vocab/merges pair
-(Megatron-LM's ``GPT2BPETokenizer``), each through tokenize, count, plan, configs and a trained pack."""
+(Megatron-LM's ``GPT2BPETokenizer``), each through tokenize, count, plan, configs and a trained pack; and a
+Hugging Face model with that ``tokenizer.json`` in (``train.init_from.hf``) and out (``train.export``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.utils import REPO, Workflow, gpt2_pair
+from tests.utils import REPO, Workflow, gpt2_pair, hf_folder
 from workflow_scripts.core.fsio import read_json
 
 PACK = "results/train/warmup_0/done.json"  # the first pack trained by the reference trainer
@@ -78,3 +80,22 @@ def test_the_same_bpe_as_a_gpt2_pair_gives_the_same_tokens_under_megatron(
     merges.write_text(merges.read_text() + "\n")  # the second file is the tokenizer's too: it reruns
     planned = workflow.ok(PACK, "-n", "--config", *config)
     assert re.search(r"^tokenize\s+\d+$", planned, re.M), planned[-3000:]
+
+
+def test_a_model_with_the_tokenizer_json_goes_in_and_out(hf_run: Workflow, tmp_path: Path) -> None:
+    import transformers
+
+    workflow = hf_run.clone(tmp_path / "wf")
+    shutil.rmtree(workflow.root / "results" / "train")  # a new run: the model's, not the pack trained above
+    model = workflow.root / "results" / "tokenizer" / "tokenizer.json"
+    hf_folder(workflow.root / "hf", model, max_position_embeddings=512)
+    train = {"base_config": "config/train/neox-from-hf.yml", "init_from": {"hf": "hf"}}
+    config = ('tokenizer={"kind": "hf-bpe"}', f"train={json.dumps(train)}")
+    export = "results/train/export/warmup_0"
+    workflow.ok(export, "--profile", "profiles/local", "--cores", "2", "--config", *config, timeout_s=900)
+    assert read_json(workflow.root / "results/train/import/import.json")["ok"]
+    check = read_json(f"{workflow.root / export}.json")
+    assert check["ok"] and not check["tokenizer_differs"] and check["tokenizer_from"] == "hf", check
+    tokenizer = transformers.AutoTokenizer.from_pretrained(workflow.root / export, local_files_only=True)
+    assert tokenizer.eos_token == "<|endoftext|>" and tokenizer.eos_token_id == 0
+    assert "Nothing to be done" in workflow.ok(export, "-n", "--config", *config)

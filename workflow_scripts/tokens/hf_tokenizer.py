@@ -163,10 +163,20 @@ class HFTokenizer:
         """Whether cutting before a space that follows a non-space keeps this tokenizer's ids."""
         probe = "ab  cd ef gh   ij k\tl\nmn  x.y z, 12 3 東京 ü ß. \n  a"  # a space in every 5 characters
         whole = self.backend.encode(probe, add_special_tokens=False).ids
-        return [i for p in self._cuts(probe, 6) for i in self._plain(p[0])] == whole
+        return [i for p in self._cuts(probe, 6) for i in self.plain(p[0])] == whole
 
-    def _plain(self, text: str) -> list[int]:
+    def plain(self, text: str) -> list[int]:
+        """The ids of ``text`` without the post-processor's tokens."""
         return self.backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens left out."""
+        return self.backend.decode(list(ids))
+
+    @property
+    def bos(self) -> int | None:
+        """The token the post-processor puts before a text (a template's BOS), if any."""
+        return self.specials[0][0] if self.specials[0] else None
 
     def _cuts(self, text: str, size: int) -> Iterator[tuple[str, bool | None]]:
         """(piece, whether the cut after it is before a space that follows a non-space; None: the last)."""
@@ -188,7 +198,7 @@ class HFTokenizer:
         for piece, safe in self._cuts(text, LONG_CHARS):
             if safe is not None and not (safe and self.splits_safely):
                 self.unsafe_cuts += 1
-            yield np.asarray(self._plain(piece), np.int32)
+            yield np.asarray(self.plain(piece), np.int32)
         yield np.asarray(after, np.int32)
 
     def encode_flat(

@@ -121,6 +121,19 @@ class Tokenizer:
         out.append(self.sp.decode(run))
         return "".join(out)
 
+    def plain(self, text: str) -> list[int]:
+        """The ids of ``text``."""
+        return self.sp.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, control tokens left out."""
+        return self.sp.decode(list(ids))
+
+    @property
+    def bos(self) -> int | None:
+        """The model's BOS, if it has one."""
+        return self.sp.bos_id() if self.sp.bos_id() >= 0 else None
+
     def eod(self, spec: str = "auto") -> tuple[int, str]:
         """The EOD id for ``spec`` and the rule that chose it (see the module docstring)."""
         if spec != "auto":

@@ -2,14 +2,16 @@
 
 Usage::
 
-    snakepack hf-export --checkpoint CKPT/global_stepN --config PACK.yml --tokenizer-model spm.model \\
-        --out DIR --check DIR.json [--hf-source DIR] [--shard-mb 5000] [--vocab padded|model]
+    snakepack hf-export --checkpoint CKPT/global_stepN --config PACK.yml --tokenizer-model MODEL \\
+        [--tokenizer-merges MERGES] [--tokenizer-type KIND] --out DIR --check DIR.json [--hf-source DIR] \\
+        [--shard-mb 5000] [--vocab padded|model]
 
 Merges the tensor-parallel ranks (sequential or pipeline files) tensor by tensor (train/hf_layout) into
 ``model-0000k-of-0000K.safetensors`` shards of at most ``--shard-mb`` with ``model.safetensors.index.json``,
 and writes ``config.json`` (``LlamaForCausalLM``, from the pack config's model keys),
 ``generation_config.json`` and the tokenizer: the source model's tokenizer files (``--hf-source``:
-``train.init_from.hf``), or the data's SentencePiece model as ``transformers`` converts it. The
+``train.init_from.hf``), or the data's tokenizer as ``transformers`` saves it (a SentencePiece model
+converted; a ``tokenizer.json``, or GPT-2's pair as the trainers read it, as ``PreTrainedTokenizerFast``). The
 checkpoint is memory-mapped, so the export holds about one shard in memory besides.
 
 The vocabulary keeps GPT-NeoX's padded size (``--vocab padded``, as GPT-NeoX's own ``convert_neox_to_hf.py``
@@ -29,12 +31,13 @@ import argparse
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import yaml
 
 from workflow_scripts.core.fsio import write_json
+from workflow_scripts.tokens import kinds
 from workflow_scripts.train import hf_layout, model_tokenizer
 from workflow_scripts.train.hf_start import NEOX_DEFAULTS, ModelImportError, read_config
 from workflow_scripts.train.logit_check import (
@@ -46,6 +49,9 @@ from workflow_scripts.train.logit_check import (
     reference_logits,
     within,
 )
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
 
 TOKENIZER_FILES = (
     "tokenizer.model",
@@ -132,9 +138,9 @@ def write_weights(tensors: Iterable[tuple[str, torch.Tensor]], out: str, limit: 
     return index
 
 
-def write_tokenizer(out: str, data_model: str, hf_source: str | None, eod_piece: str) -> str:
-    """The tokenizer files: the source model's, or the data's SentencePiece model converted by
-    ``transformers``; where they came from."""
+def write_tokenizer(out: str, tok: AnyTokenizer, hf_source: str | None, eod: int) -> str:
+    """The tokenizer files: the source model's, or the data's tokenizer as ``transformers`` saves it (see
+    the module docstring); where they came from."""
     if hf_source and any(os.path.isfile(os.path.join(hf_source, f)) for f in TOKENIZER_FILES[1:3]):
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(hf_source, name)):
@@ -142,31 +148,33 @@ def write_tokenizer(out: str, data_model: str, hf_source: str | None, eod_piece:
         return hf_source
     import transformers
 
+    named = {"eos_token": tok.piece(eod)} | ({"bos_token": tok.piece(tok.bos)} if tok.bos is not None else {})
+    if tok.kind != "sentencepiece":
+        transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend, **named).save_pretrained(out)
+        return tok.path
     staging = os.path.join(out, ".tokenizer")
     os.makedirs(staging, exist_ok=True)
-    shutil.copy(data_model, os.path.join(staging, "tokenizer.model"))
+    shutil.copy(tok.path, os.path.join(staging, "tokenizer.model"))
     auto = transformers.AutoTokenizer
-    tokenizer = auto.from_pretrained(staging, eos_token=eod_piece, local_files_only=True)
+    tokenizer = auto.from_pretrained(staging, eos_token=named["eos_token"], local_files_only=True)
     tokenizer.save_pretrained(out)
-    shutil.copy(data_model, os.path.join(out, "tokenizer.model"))
+    shutil.copy(tok.path, os.path.join(out, "tokenizer.model"))
     shutil.rmtree(staging)
-    return data_model
+    return tok.path
 
 
-def tokenizer_differences(hf_dir: str, data_model: str, texts: Sequence[str]) -> list[str]:
-    """The texts ``AutoTokenizer`` on ``hf_dir`` encodes otherwise than the data's SentencePiece model."""
-    import sentencepiece as spm
+def tokenizer_differences(hf_dir: str, tok: AnyTokenizer, texts: Sequence[str]) -> list[str]:
+    """The texts ``AutoTokenizer`` on ``hf_dir`` encodes otherwise than the data's tokenizer."""
     import transformers
 
-    sp = spm.SentencePieceProcessor(model_file=data_model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-    return [t for t in texts if tokenizer.encode(t, add_special_tokens=False) != sp.encode(t)]
+    return [t for t in texts if tokenizer.encode(t, add_special_tokens=False) != tok.plain(t)]
 
 
 def export(
     checkpoint: str,
     pack_config: str,
-    data_model: str,
+    data: TokenizerFiles,
     out: str,
     check: str,
     hf_source: str | None = None,
@@ -174,14 +182,12 @@ def export(
     vocab_mode: str = "padded",
 ) -> dict[str, Any]:
     """Write the Hugging Face folder ``out`` and its check ``check``; the check's record."""
-    import sentencepiece as spm
-
     from workflow_scripts.train.reference.config import model_config
 
     with open(pack_config, encoding="utf-8") as f:
         keys = {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
-    sp = spm.SentencePieceProcessor(model_file=data_model)
-    size, eod = sp.get_piece_size(), sp.piece_to_id(model_tokenizer.EOD_PIECE)
+    tok = data.load()
+    size, eod = tok.vocab_size, model_tokenizer.neox_eod(tok)
     tp = int(keys.get("model_parallel_size") or 1)
     divisible = int(keys.get("make_vocab_size_divisible_by") or NEOX_DEFAULTS["make_vocab_size_divisible_by"])
     padded = model_tokenizer.padded(size, divisible * tp)
@@ -190,7 +196,7 @@ def export(
     max_pos = int(keys.get("max_position_embeddings") or keys["seq_length"])
     cfg = model_config(keys, pack_config, padded, int(keys["seq_length"]), max_pos)
     try:
-        config = llama_config(cfg, vocab, sp.bos_id() if sp.bos_id() >= 0 else None, eod)
+        config = llama_config(cfg, vocab, tok.bos, eod)
     except ModelImportError as error:
         raise ModelImportError(f"{pack_config}: {error}") from None
     shape = hf_layout.Shape(
@@ -213,12 +219,12 @@ def export(
     write_json(os.path.join(staging, "config.json"), config)
     generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": eod}
     write_json(os.path.join(staging, "generation_config.json"), generation)
-    tokenizer_from = write_tokenizer(staging, data_model, hf_source, model_tokenizer.EOD_PIECE)
+    tokenizer_from = write_tokenizer(staging, tok, hf_source, eod)
     tokens = check_tokens(size, min(CHECK_TOKENS, max_pos))
     expected = reference_logits(checkpoint, keys, shape, tokens)
     result = compare(hf_logits(staging, tokens), expected)
-    texts = [*SAMPLE_TEXTS, sp.decode(tokens[0].tolist())]
-    differ = tokenizer_differences(staging, data_model, texts)
+    texts = [*SAMPLE_TEXTS, tok.decode(tokens[0].tolist())]
+    differ = tokenizer_differences(staging, tok, texts)
     ok = within(result) and not differ
     record = {"checkpoint": checkpoint, "config": pack_config, "out": out, "tp": tp, "vocab_size": vocab}
     record |= {"tensors": len(index["weight_map"]), "bytes": index["metadata"]["total_size"]}
@@ -228,12 +234,9 @@ def export(
     write_json(check, record)
     if not ok:
         shutil.rmtree(staging)
-        raise ModelImportError(
-            f"{checkpoint} -> {out}: "
-            + (f"logits differ by {result} (over {TOLERANCE})" if not within(result) else "")
-            + (f"; AutoTokenizer encodes {len(differ)} text(s) otherwise than {data_model}" if differ else "")
-            + f"; see {check}"
-        )
+        why = [f"logits differ by {result} (over {TOLERANCE})"] if not within(result) else []
+        why += [f"AutoTokenizer encodes {len(differ)} text(s) otherwise than {data.model}"] if differ else []
+        raise ModelImportError(f"{checkpoint} -> {out}: {'; '.join(why)}; see {check}")
     shutil.rmtree(out, ignore_errors=True)
     os.replace(staging, out)
     return record
@@ -243,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="snakepack hf-export", description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, help="the GPT-NeoX checkpoint folder (global_stepN)")
     parser.add_argument("--config", required=True, help="the pack's GPT-NeoX config (its model keys)")
-    parser.add_argument("--tokenizer-model", required=True, help="the data's SentencePiece model")
+    kinds.add_arguments(parser)
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
     parser.add_argument("--check", required=True, help="the check's JSON")
     parser.add_argument("--hf-source", help="the model the run started from (train.init_from.hf)")
@@ -255,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = export(
         args.checkpoint,
         args.config,
-        args.tokenizer_model,
+        kinds.from_args(args),
         args.out,
         args.check,
         args.hf_source,

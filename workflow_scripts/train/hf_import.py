@@ -2,8 +2,8 @@
 
 Usage::
 
-    snakepack hf-import --hf DIR --tokenizer-model spm.model --out CKPT/global_step0 --check import.json \\
-        [--tp 1] [--pipe] [--divisible-by 128]
+    snakepack hf-import --hf DIR --tokenizer-model MODEL --out CKPT/global_step0 --check import.json \\
+        [--tokenizer-merges MERGES] [--tokenizer-type KIND] [--tp 1] [--pipe] [--divisible-by 128]
 
 Reads ``config.json`` and the safetensors (one file or an index), tensor by tensor (train/hf_layout), and
 writes GPT-NeoX's layout for tensor parallel size ``--tp``: ``mp_rank_XX_model_states.pt`` holding each
@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from workflow_scripts.core.fsio import write_json
+from workflow_scripts.tokens import kinds
 from workflow_scripts.train import hf_config, hf_layout, model_tokenizer
 from workflow_scripts.train.hf_start import ModelImportError, read_config
 from workflow_scripts.train.logit_check import (
@@ -109,7 +110,7 @@ def write_checkpoint(get: Callable[[str], torch.Tensor], shape: hf_layout.Shape,
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="snakepack hf-import", description=__doc__.split("\n")[0])
     parser.add_argument("--hf", required=True, help="the Hugging Face model folder")
-    parser.add_argument("--tokenizer-model", required=True, help="the data's SentencePiece model")
+    kinds.add_arguments(parser)
     parser.add_argument("--out", required=True, help="the checkpoint folder to write (…/global_step0)")
     parser.add_argument("--check", required=True, help="the logit check's JSON")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size (model_parallel_size)")
@@ -117,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--divisible-by", type=int, default=128, help="make_vocab_size_divisible_by")
     args = parser.parse_args(argv)
     config = read_config(args.hf)
-    data = model_tokenizer.match(args.hf, config, args.tokenizer_model)
+    data = model_tokenizer.match(args.hf, config, kinds.from_args(args))
     padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
     try:
         shape, keys = hf_layout.shape_of(config, padded, args.tp), hf_config.neox_model_keys(config)

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.train_layout import TrainLayout
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import TokenizerFiles
 
 NEOX_DEFAULTS = {"model_parallel_size": 1, "pipe_parallel_size": 1, "make_vocab_size_divisible_by": 128}
 
@@ -74,12 +77,12 @@ def import_args(base_path: str) -> str:
     return f"--tp {tp} --divisible-by {divisible}" + (" --pipe" if pp >= 1 else "")
 
 
-def check_tokenizer(hf_dir: str, data_model: str) -> None:
+def check_tokenizer(hf_dir: str, data: TokenizerFiles) -> None:
     """Stop the plan when the model's tokenizer is not the data's (nothing to compare yet: no check)."""
-    if os.path.isfile(data_model):
+    if all(os.path.isfile(p) for p in data.paths):
         from workflow_scripts.train import model_tokenizer
 
-        model_tokenizer.match(hf_dir, read_config(hf_dir), data_model)
+        model_tokenizer.match(hf_dir, read_config(hf_dir), data)
 
 
 def export_steps(

@@ -1,21 +1,26 @@
 """The model's tokenizer must be the data's: checked before any GPU hour is spent.
 
-A Hugging Face folder's tokenizer (``tokenizer.model``, SentencePiece, or ``tokenizer.json``) must give every
-id of the data's SentencePiece model the same piece, its ``vocab_size`` must hold them all (GPT-NeoX pads
-the data's count up), and its ``eos_token_id`` must be the data's end of document (GPT-NeoX's
-``SPMTokenizer``: the ``<|endoftext|>`` piece). Continued pretraining on data tokenized otherwise trains on
-the wrong embeddings without a single error; here it stops the plan, naming both tokenizers.
+A Hugging Face folder's tokenizer (``tokenizer.model``, ``tokenizer.json`` or GPT-2's ``vocab.json``; the
+file of the data tokenizer's kind first) must give every id of the data's tokenizer (any kind) the same
+piece, its ``vocab_size`` must hold them all (GPT-NeoX pads the data's count up), and its ``eos_token_id``
+must be the end of document GPT-NeoX takes with the data's tokenizer (``train/configs.trainer_eod``).
+Continued pretraining on data tokenized otherwise trains on the wrong embeddings without a single error;
+here it stops the plan, naming both tokenizers.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.core.cli import UserError
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
 
 EOD_PIECE = "<|endoftext|>"
 SHOWN = 5  # differing ids named in the message
@@ -36,43 +41,59 @@ def padded(size: int, multiple: int) -> int:
     return int(math.ceil(size / multiple) * multiple)
 
 
-def hf_pieces(hf_dir: str) -> tuple[str, Callable[[int], str | None]]:
-    """(the tokenizer file, id -> piece) of a Hugging Face folder."""
-    spm_file, json_file = (os.path.join(hf_dir, n) for n in ("tokenizer.model", "tokenizer.json"))
-    if os.path.isfile(spm_file):
+FOLDER_FILES = {  # the data tokenizer's kind -> a Hugging Face folder's tokenizer files, in preference order
+    "sentencepiece": ("tokenizer.model", "tokenizer.json", "vocab.json"),
+    "hf": ("tokenizer.json", "tokenizer.model", "vocab.json"),
+    "gpt2": ("tokenizer.json", "vocab.json", "tokenizer.model"),
+}
+
+
+def hf_pieces(hf_dir: str, kind: str = "sentencepiece") -> tuple[str, Callable[[int], str | None]]:
+    """(the tokenizer file, id -> piece) of a Hugging Face folder, its file of the data's ``kind`` first."""
+    paths = [os.path.join(hf_dir, name) for name in FOLDER_FILES[kind]]
+    path = next((p for p in paths if os.path.isfile(p)), None)
+    if path is None:
+        raise TokenizerMismatch(f"{hf_dir}: no {', '.join(FOLDER_FILES[kind])} to compare with the data's")
+    if path.endswith(".model"):
         import sentencepiece as spm
 
-        sp = spm.SentencePieceProcessor(model_file=spm_file)
-        return spm_file, lambda i: sp.id_to_piece(i) if i < sp.get_piece_size() else None
-    if os.path.isfile(json_file):
+        sp = spm.SentencePieceProcessor(model_file=path)
+        return path, lambda i: sp.id_to_piece(i) if i < sp.get_piece_size() else None
+    if path.endswith("tokenizer.json"):
         from tokenizers import Tokenizer
 
-        tok = Tokenizer.from_file(json_file)
-        return json_file, tok.id_to_token
-    raise TokenizerMismatch(f"{hf_dir}: no tokenizer.model or tokenizer.json to compare with the data's")
+        return path, Tokenizer.from_file(path).id_to_token
+    with open(path, encoding="utf-8") as f:
+        tokens = {i: t for t, i in json.load(f).items()}
+    return path, tokens.get
 
 
-def match(hf_dir: str, config: dict[str, Any], data_model: str) -> DataTokenizer:
-    """The data tokenizer's size and EOD, once the model's tokenizer is shown to be the same."""
-    import sentencepiece as spm
+def neox_eod(tok: AnyTokenizer) -> int:
+    """The end of document GPT-NeoX takes with ``tok`` (its ``SPMTokenizer``, ``HFTokenizer`` and
+    ``GPT2BPETokenizer``: ``<|endoftext|>``), or a ``TokenizerMismatch`` saying the tokenizer lacks it."""
+    from workflow_scripts.train.configs import trainer_eod
 
-    from workflow_scripts.tokens.kinds import detect
-
-    if (kind := detect(data_model)) != "sentencepiece":
+    eod, rule = trainer_eod(tok, "neox")
+    if eod is None or tok.piece(eod) != EOD_PIECE:
         raise TokenizerMismatch(
-            f"{data_model}: a model in and out (train.init_from.hf, train.export) needs a SentencePiece data "
-            f"tokenizer for now; this one is {kind}"
+            f"{tok.path}: GPT-NeoX takes EOD = {rule}, a token this tokenizer lacks; a model in or out "
+            f"(train.init_from.hf, train.export) needs a data tokenizer with {EOD_PIECE!r}"
         )
-    sp = spm.SentencePieceProcessor(model_file=data_model)
-    size, eod = sp.get_piece_size(), sp.piece_to_id(EOD_PIECE)
-    model_file, piece = hf_pieces(hf_dir)
-    both = f"the model's tokenizer {model_file} and the data's {data_model}"
+    return eod
+
+
+def match(hf_dir: str, config: dict[str, Any], data: TokenizerFiles) -> DataTokenizer:
+    """The data tokenizer's size and EOD, once the model's tokenizer is shown to be the same."""
+    tok = data.load()
+    size, eod = tok.vocab_size, neox_eod(tok)
+    model_file, piece = hf_pieces(hf_dir, data.kind)
+    both = f"the model's tokenizer {model_file} and the data's {data.model}"
     vocab = int(config.get("vocab_size") or 0)
     if vocab < size:
         raise TokenizerMismatch(f"{both}: the model's vocab_size {vocab} < the data's {size} pieces")
-    differ = [i for i in range(size) if piece(i) != sp.id_to_piece(i)]
+    differ = [i for i in range(size) if piece(i) != tok.piece(i)]
     if differ:
-        shown = ", ".join(f"id {i}: {piece(i)!r} vs {sp.id_to_piece(i)!r}" for i in differ[:SHOWN])
+        shown = ", ".join(f"id {i}: {piece(i)!r} vs {tok.piece(i)!r}" for i in differ[:SHOWN])
         raise TokenizerMismatch(f"{both} differ at {len(differ)} of {size} ids ({shown})")
     eos = config.get("eos_token_id")
     eos_ids = eos if isinstance(eos, list) else [eos]
