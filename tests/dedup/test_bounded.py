@@ -85,12 +85,10 @@ def test_every_cut_character_keeps_normalization_local() -> None:
     assert all(char_tables(False)[0][ord(c)] for c in CUT_SPACE)
 
 
-def test_minhash_of_a_set_over_many_chunks_matches_datasketch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(signatures, "CHUNK_CELLS", 64 * 10)  # 10 shingles per chunk
+def test_minhash_of_sets_across_the_compiled_blocks_matches_datasketch() -> None:
     rng = np.random.default_rng(4)
-    sets = [
-        rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32) for n in (35, 0, 3, 10, 0, 1, 61)
-    ]
+    sizes = (150, 0, 3, 64, 0, 1, 65, 200)  # the compiled loop mixes 64 shingles at a time
+    sets = [rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32) for n in sizes]
     off = np.concatenate([[0], np.cumsum([s.size for s in sets])])
     sig = minhash(np.concatenate(sets), off, permutations(64, 3))
     for s, row in zip(sets, sig, strict=True):

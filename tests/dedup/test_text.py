@@ -1,4 +1,4 @@
-"""Normalization and shingling: the vectorized code against a plain per-document reference."""
+"""Normalization and shingling: the compiled code against a plain per-document reference."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import unicodedata
 import numpy as np
 import pytest
 
-from workflow_scripts.dedup.text import _BASE, _GRAM, Shingler, exact_hashes
+from workflow_scripts.dedup.text import Shingler, exact_hashes, nfkc
 
 M64 = (1 << 64) - 1
+UNIT_BASE, GRAM_BASE = 0x100000001B3, 0x9E3779B97F4A7C15  # the polynomials' bases (dedup/text.py)
 
 
 def _fmix(h: int) -> int:
@@ -39,12 +40,12 @@ def reference_units(text: str, char: bool, sh: Shingler) -> list[str]:
 def reference_shingles(units: list[str], n: int) -> list[int]:
     hashes = []
     for u in units:
-        h = sum(ord(c) * pow(_BASE, i, 1 << 64) for i, c in enumerate(u)) + len(u)
+        h = sum(ord(c) * pow(UNIT_BASE, i, 1 << 64) for i, c in enumerate(u)) + len(u)
         hashes.append(_fmix(h & M64))
     width = min(n, len(hashes))
     out = []
     for i in range(len(hashes) - width + 1 if hashes else 0):
-        h = sum(hashes[i + k] * pow(_GRAM, k, 1 << 64) for k in range(width))
+        h = sum(hashes[i + k] * pow(GRAM_BASE, k, 1 << 64) for k in range(width))
         out.append(_fmix(h & M64))
     return out
 
@@ -129,13 +130,6 @@ def test_exact_hash_ignores_whitespace_and_case_only() -> None:
     assert h[0] == h[1] and h[1] != h[2] and h[1] != h[3]
 
 
-def test_fmix32_is_murmurhash3s_finalizer() -> None:
-    from workflow_scripts.dedup.text import fmix32
-
-    values = fmix32(np.array([0, 1, 2, 0xDEADBEEF], dtype=np.uint32)).tolist()
-    assert values == [0, 0x514E28B7, 0x30F4C306, 0x0DE5C6A9]
-
-
 def test_optimal_param_matches_datasketchs_choices() -> None:
     """The shapes datasketch's MinHashLSH picks (equal weights), checked by hand at a few thresholds."""
     from workflow_scripts.dedup.settings import optimal_param
@@ -143,3 +137,11 @@ def test_optimal_param_matches_datasketchs_choices() -> None:
     assert optimal_param(0.85, 128) == (8, 16)
     assert optimal_param(0.5, 128) == (25, 5)
     assert optimal_param(0.9, 256) == (9, 28)
+
+
+def test_nfkc_line_by_line_is_the_whole_texts_nfkc() -> None:
+    rng = random.Random(3)
+    pieces = ["e\u0301", "\u0301", "\n", "\n\u0301", "ﬁ", "\uff21", "a", " ", "\u1100\u1161", "\u11a8", "Å"]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert nfkc(text) == unicodedata.normalize("NFKC", text), ascii(text)

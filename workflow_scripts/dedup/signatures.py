@@ -27,15 +27,15 @@ from datasketch import MinHash
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import temp_sibling
 from workflow_scripts.core.progress import Progress
+from workflow_scripts.dedup import _shingle
 from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import StoreWriter, write_store
-from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix32, fmix64
+from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix64
 
 U64 = np.uint64
 BATCH_DOCS = 2048
 BATCH_BYTES = 8 << 20  # text bytes per batch: its working memory is about 31 bytes per character
-CHUNK_CELLS = 1 << 20  # permutations x shingles evaluated at once (4 MiB of uint32)
 CHUNK_CHARS = 1 << 20  # a longer text is shingled in pieces of about this many characters (sign_long)
 SPILL_ROWS = 1 << 17  # per-document rows read back from the spill files at once
 SORT_ROWS = 1 << 18  # hashes sorted at once: a shard with more valid documents sorts them by hash ranges
@@ -50,27 +50,12 @@ def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def minhash(values: np.ndarray, off: np.ndarray, perms: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Signatures (n, num_perm) uint32 of the CSR sets ``values[off[i]:off[i+1]]``; empty sets give 2**32-1.
-
-    Evaluated permutation-major, ``CHUNK_CELLS`` cells at a time (a document with more shingles spans several
-    chunks), the minimum taken per document by reduceat.
-    """
+    """Signatures (n, num_perm) uint32 of the CSR sets ``values[off[i]:off[i+1]]``; empty sets give 2**32-1
+    (compiled: ``_shingle.minhash``)."""
     a, b = perms
-    sig = np.full((a.size, off.size - 1), np.iinfo(np.uint32).max, dtype=np.uint32)
-    mixed = fmix32(values.astype(np.uint32))
-    nonempty = np.flatnonzero(np.diff(off) > 0)
-    step = max(1, CHUNK_CELLS // a.size)
-    for lo in range(0, mixed.size, step):
-        hi = min(lo + step, mixed.size)
-        # the documents with shingles in [lo, hi), each from its first shingle there
-        docs = nonempty[
-            np.searchsorted(off[nonempty + 1], lo, side="right") : np.searchsorted(off[nonempty], hi)
-        ]
-        cells = a[:, None] * mixed[None, lo:hi]
-        cells += b[:, None]
-        low = np.minimum.reduceat(cells, np.maximum(off[docs], lo) - lo, axis=1)
-        sig[:, docs] = np.minimum(sig[:, docs], low)
-    return np.ascontiguousarray(sig.T)
+    values = np.ascontiguousarray(values, dtype=np.uint32)
+    sig = _shingle.minhash(values, np.ascontiguousarray(off, dtype=np.int64), a, b)
+    return np.frombuffer(sig, dtype=np.uint32).reshape(off.size - 1, a.size)
 
 
 def band_hashes(sig: np.ndarray, scope: np.ndarray, bands: int, rows: int) -> np.ndarray:

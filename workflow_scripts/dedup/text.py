@@ -1,4 +1,4 @@
-"""Text normalization and shingling, vectorized over a batch of documents.
+"""Text normalization and shingling over a batch of documents.
 
 Normalization (each step optional): Unicode NFKC, lowercase, every number (decimal digits, with single
 ``.``/``,`` between digits as in ``3,000.5``) becomes ``0``, punctuation and symbols (Unicode categories P*,
@@ -6,9 +6,10 @@ S*) become spaces. A document is then a sequence of *units*: its words (maximal 
 or, for the character-shingled languages, its non-space characters. A shingle is ``n`` consecutive units (the
 whole document when it has fewer); documents without units have no shingles.
 
-Everything after ``str.lower``/NFKC runs in numpy over the concatenated code points of the batch: a unit's
-hash is a polynomial in its code points (plus its length), a shingle's a polynomial in its unit hashes, both
-mod 2**64 and finished with the MurmurHash3 64-bit finalizer.
+Everything after ``str.lower``/NFKC runs in C (``_shingle.c``), one pass over each text's code points: a
+unit's hash is a polynomial in its code points (base 0x100000001B3, plus its length), a shingle's a
+polynomial in its unit hashes (base 0x9E3779B97F4A7C15), both mod 2**64 and finished with the MurmurHash3
+64-bit finalizer. NFKC runs line by line and only on lines that are not in NFKC already (``nfkc``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,28 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
+from unicodedata import is_normalized, normalize
 
 import numpy as np
 import xxhash
 
+try:
+    from workflow_scripts.dedup import _shingle
+except ImportError as exc:  # a checkout used without its install
+    raise ImportError(f"dedup/_shingle.c is not built ({exc}): run pip install -e .") from None
+
 U64 = np.uint64
-_BASE = 0x100000001B3
-_GRAM = 0x9E3779B97F4A7C15
-_ZERO = ord("0")
+
+
+def nfkc(text: str) -> str:
+    """Unicode NFKC of ``text``, line by line: a line feed never composes or reorders with its neighbours,
+    so the lines' forms joined are the text's, and only the lines that change are normalized."""
+    if text.isascii():
+        return text
+    lines = text.split("\n")
+    return "\n".join(
+        line if line.isascii() or is_normalized("NFKC", line) else normalize("NFKC", line) for line in lines
+    )
 
 
 def fmix64(h: np.ndarray) -> np.ndarray:
@@ -35,19 +50,6 @@ def fmix64(h: np.ndarray) -> np.ndarray:
     h = h ^ (h >> U64(33))
     h = h * U64(0xC4CEB9FE1A85EC53)
     return h ^ (h >> U64(33))
-
-
-U32 = np.uint32
-
-
-def fmix32(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's 32-bit finalizer (a bijection), element-wise on a uint32 array (datasketch's pre-mix
-    before its affine permutations)."""
-    h = h ^ (h >> U32(16))
-    h = h * U32(0x85EBCA6B)
-    h = h ^ (h >> U32(13))
-    h = h * U32(0xC2B2AE35)
-    return h ^ (h >> U32(16))
 
 
 @functools.cache
@@ -83,12 +85,6 @@ def _cut_pattern(char_doc: bool, punctuation: bool) -> re.Pattern[str]:
     return re.compile(f"[{chars}]")
 
 
-@functools.cache
-def _powers(n: int) -> np.ndarray:
-    """_BASE**i mod 2**64 for i < n (n: a power of two)."""
-    return np.concatenate([np.ones(1, dtype=U64), np.cumprod(np.full(n - 1, _BASE, dtype=U64))])
-
-
 @dataclass(frozen=True)
 class Shingler:
     """Normalization and shingle settings."""
@@ -103,39 +99,14 @@ class Shingler:
     def units(self, texts: list[str], char_docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Unit hashes (uint64) of all documents and their CSR offsets (len(texts) + 1)."""
         if self.nfkc:
-            texts = [unicodedata.normalize("NFKC", t) for t in texts]
+            texts = [nfkc(t) for t in texts]
         if self.lowercase:
             texts = [t.lower() for t in texts]
-        lens = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        cp = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).copy()
-        sep_table, digit_table = char_tables(self.punctuation)
-        doc_first = np.zeros(cp.size, dtype=bool)
-        doc_first[(np.cumsum(lens) - lens)[lens > 0]] = True
-        if self.digits and cp.size:
-            keep = _number_chars_kept(cp, doc_first, digit_table)
-            cp, doc_first = np.where(digit_table[cp], np.uint32(_ZERO), cp)[keep], doc_first[keep]
-            dropped = np.searchsorted(np.cumsum(lens), np.flatnonzero(~keep), side="right")
-            lens = lens - np.bincount(dropped, minlength=lens.size)
-        sep = sep_table[cp]
-        # brk: no unit continues from the previous character into this one
-        brk = doc_first | np.repeat(char_docs, lens)
-        brk[1:] |= sep[:-1]
-        is_start = brk & ~sep
-        starts = np.flatnonzero(is_start)
-        is_end = np.ones(cp.size, dtype=bool)
-        is_end[:-1] = brk[1:] | sep[1:]
-        ends = np.flatnonzero(is_end & ~sep) + 1
-        # polynomial hash of each unit: sum of code point * _BASE**(position in unit); separators count 0
-        index = np.arange(cp.size, dtype=np.int32)
-        pos = index - np.maximum.accumulate(np.where(is_start, index, 0))
-        pos[sep] = 0
-        cp[sep] = 0
-        h = _powers(1 << int((ends - starts).max(initial=1)).bit_length())[pos]
-        h *= cp
-        h = np.add.reduceat(h, starts) if starts.size else h[:0]
-        h += (ends - starts).astype(U64)
-        doc_of_unit = np.searchsorted(np.cumsum(lens), starts, side="right")
-        return fmix64(h), np.concatenate([[0], np.cumsum(np.bincount(doc_of_unit, minlength=lens.size))])
+        sep, digit = char_tables(self.punctuation)
+        flags = np.ascontiguousarray(char_docs, dtype=bool)
+        hashes, counts = _shingle.units(texts, flags, sep, digit, self.digits)
+        off = np.concatenate([[0], np.cumsum(np.frombuffer(counts, dtype=np.int64))])
+        return np.frombuffer(hashes, dtype=U64), off
 
     def pieces(self, text: str, char_doc: bool, size: int) -> Iterator[str]:
         """``text`` cut into consecutive pieces whose units, in order, are the units of ``text``.
@@ -157,34 +128,13 @@ class Shingler:
         self, unit_hash: np.ndarray, unit_off: np.ndarray, char_docs: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Shingle hashes (uint64, in order, repeats kept) per document and their CSR offsets."""
-        n_docs = unit_off.size - 1
         m = np.diff(unit_off)
-        n = np.where(char_docs, self.char_ngram, self.ngram)
-        width = np.minimum(m, n)  # shingle width: n, or the whole document when shorter
-        count = np.where(m > 0, m - width + 1, 0)
-        off = np.concatenate([[0], np.cumsum(count)])
-        doc = np.repeat(np.arange(n_docs), count)
-        pos = unit_off[doc] + np.arange(off[-1]) - off[doc]  # first unit of each shingle
-        w = width[doc]
-        h = np.zeros(pos.size, dtype=U64)
-        mult = U64(1)
-        for k in range(int(w.max(initial=0))):
-            take = w > k
-            h[take] += unit_hash[pos[take] + k] * mult
-            mult = U64((int(mult) * _GRAM) & ((1 << 64) - 1))
-        return fmix64(h), off
-
-
-def _number_chars_kept(cp: np.ndarray, doc_first: np.ndarray, digit_table: np.ndarray) -> np.ndarray:
-    """Characters kept when every number (digits, single '.'/',' between digits) shrinks to one character."""
-    digit = digit_table[cp]
-    num = digit.copy()
-    mark = (cp[1:-1] == ord(".")) | (cp[1:-1] == ord(","))
-    num[1:-1] |= mark & digit[:-2] & digit[2:] & ~doc_first[1:-1] & ~doc_first[2:]
-    keep = ~num
-    keep[0] = True
-    keep[1:] |= ~num[:-1] | doc_first[1:]
-    return keep
+        width = np.where(char_docs, self.char_ngram, self.ngram).astype(np.int64)
+        count = np.where(m > 0, m - np.minimum(m, width) + 1, 0)
+        hashes = _shingle.shingles(
+            np.ascontiguousarray(unit_hash, dtype=U64), np.ascontiguousarray(unit_off, dtype=np.int64), width
+        )
+        return np.frombuffer(hashes, dtype=U64), np.concatenate([[0], np.cumsum(count)])
 
 
 def exact_hashes(unit_hash: np.ndarray, unit_off: np.ndarray, seeds: np.ndarray) -> np.ndarray:
