@@ -9,7 +9,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from workflow_scripts.dedup.text import Shingler, exact_hashes, nfkc
+from workflow_scripts.dedup.text import UNSTABLE_BELOW, Shingler, exact_hashes, nfkc
 
 M64 = (1 << 64) - 1
 UNIT_BASE, GRAM_BASE = 0x100000001B3, 0x9E3779B97F4A7C15  # the polynomials' bases (dedup/text.py)
@@ -144,4 +144,17 @@ def test_nfkc_line_by_line_is_the_whole_texts_nfkc() -> None:
     pieces = ["e\u0301", "\u0301", "\n", "\n\u0301", "ﬁ", "\uff21", "a", " ", "\u1100\u1161", "\u11a8", "Å"]
     for _ in range(2000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert nfkc(text) == unicodedata.normalize("NFKC", text), ascii(text)
+
+
+def test_no_code_point_above_the_unstable_table_changes_or_composes() -> None:
+    for c in range(UNSTABLE_BELOW, 0x110000):
+        char = chr(c)
+        assert not unicodedata.combining(char) and unicodedata.normalize("NFKC", char) == char, hex(c)
+        assert not unicodedata.decomposition(char), hex(c)
+
+
+def test_nfkc_of_real_text_is_the_whole_texts_nfkc() -> None:
+    texts = [t for t, _ in _texts()] + ["\uff21\nb\u0301c\nﬁ\n\n\u1100\u1161x", "plain\nascii", "é\n"]
+    for text in texts:
         assert nfkc(text) == unicodedata.normalize("NFKC", text), ascii(text)

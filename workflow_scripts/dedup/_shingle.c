@@ -9,6 +9,9 @@
  * shingles(hashes, off, width) -> bytes
  *     uint64 hashes of the shingles of each document's units (CSR ``off``, int64), ``width[d]`` units each
  *     (int64; the whole document when it has fewer), in order.
+ * find(text, table, start) -> int
+ *     the index of the first character at or after ``start`` whose byte in ``table`` (one per code point,
+ *     0x110000) is set, or -1.
  * minhash(values, off, a, b) -> bytes
  *     (documents, permutations) uint32 signatures of the CSR sets of uint32 ``values``: the minimum over
  *     the set of a * fmix32(v) + b mod 2**32 per permutation; an empty set gives 2**32 - 1.
@@ -303,7 +306,27 @@ done:
     return result;
 }
 
+static PyObject *find(PyObject *self, PyObject *args) {
+    PyObject *text, *table_obj;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "UOn", &text, &table_obj, &start)) return NULL;
+    Py_buffer view;
+    if (table(table_obj, &view, "table") < 0) return NULL;
+    const uint8_t *marked = view.buf;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), found = -1;
+    for (Py_ssize_t i = start < 0 ? 0 : start; i < n; i++)
+        if (marked[PyUnicode_READ(kind, data, i)]) {
+            found = i;
+            break;
+        }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
+}
+
 static PyMethodDef methods[] = {
+    {"find", find, METH_VARARGS, "index of the first character at or after start marked in a table, or -1"},
     {"units", units, METH_VARARGS, "(unit hashes, unit counts) of normalized texts, as uint64/int64 bytes"},
     {"shingles", shingles, METH_VARARGS, "shingle hashes (uint64 bytes) of CSR unit hashes"},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures (uint32 bytes) of CSR uint32 sets"},

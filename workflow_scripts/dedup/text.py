@@ -19,7 +19,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
-from unicodedata import is_normalized, normalize
+from unicodedata import normalize
 
 import numpy as np
 import xxhash
@@ -32,15 +32,44 @@ except ImportError as exc:  # a checkout used without its install
 U64 = np.uint64
 
 
+UNSTABLE_BELOW = 0x30000  # no code point above changes under NFKC or composes (a test checks)
+
+
+@functools.cache
+def unstable() -> np.ndarray:
+    """Per code point: may a text in NFKC not hold it as it stands (a superset of NFKC_QC No and Maybe, and
+    every combining mark): those NFKC changes, the combining marks, the second code point of each canonical
+    pair decomposition, and the Hangul vowels and trailing consonants."""
+    marked = np.zeros(0x110000, dtype=bool)
+    marked[0x1161:0x1176] = marked[0x11A8:0x11C3] = True
+    for c in range(0x80, UNSTABLE_BELOW):
+        if 0xD800 <= c < 0xE000:
+            continue
+        char = chr(c)
+        if unicodedata.combining(char) or normalize("NFKC", char) != char:
+            marked[c] = True
+        pair = unicodedata.decomposition(char).split()
+        if len(pair) == 2 and not pair[0].startswith("<"):
+            marked[int(pair[1], 16)] = True
+    return marked
+
+
 def nfkc(text: str) -> str:
-    """Unicode NFKC of ``text``, line by line: a line feed never composes or reorders with its neighbours,
-    so the lines' forms joined are the text's, and only the lines that change are normalized."""
-    if text.isascii():
+    """Unicode NFKC of ``text``, normalizing only the lines that hold an ``unstable`` code point: a line
+    without one is in NFKC already, and a line feed never composes or reorders with its neighbours, so the
+    lines' forms joined are the text's."""
+    if text.isascii() or (found := _shingle.find(text, unstable(), 0)) < 0:
         return text
-    lines = text.split("\n")
-    return "\n".join(
-        line if line.isascii() or is_normalized("NFKC", line) else normalize("NFKC", line) for line in lines
-    )
+    parts, pos = [], 0
+    while found >= 0:
+        start = text.rfind("\n", 0, found) + 1
+        end = text.find("\n", found)
+        end = len(text) if end < 0 else end
+        parts += [text[pos:start], normalize("NFKC", text[start:end])]
+        pos = end
+        found = _shingle.find(text, unstable(), end)
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def fmix64(h: np.ndarray) -> np.ndarray:
