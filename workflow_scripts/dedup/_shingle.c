@@ -192,29 +192,32 @@ done:
     return result;
 }
 
-static int get(PyObject *obj, Py_buffer *view, Py_ssize_t item, const char *name) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
-    if (view->len % item) {
-        PyErr_Format(PyExc_ValueError, "%s: not a whole number of %zd-byte items", name, item);
-        PyBuffer_Release(view);
+/* The buffers of objs[0..n), each a whole number of items[i]-byte items; on failure none is held. */
+static int get_all(int n, PyObject *const *objs, Py_buffer *views, const Py_ssize_t *items,
+                   const char *const *names) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(objs[i], &views[i], PyBUF_SIMPLE) == 0 && views[i].len % items[i] == 0) continue;
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "%s: not a whole number of %zd-byte items", names[i], items[i]);
+            PyBuffer_Release(&views[i]);
+        }
+        while (i-- > 0) PyBuffer_Release(&views[i]);
         return -1;
     }
     return 0;
 }
 
+static void release_all(int n, Py_buffer *views) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
 static PyObject *shingles(PyObject *self, PyObject *args) {
-    PyObject *h_obj, *off_obj, *w_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &h_obj, &off_obj, &w_obj)) return NULL;
-    Py_buffer hb, ob, wb;
-    if (get(h_obj, &hb, 8, "hashes") < 0) return NULL;
-    if (get(off_obj, &ob, 8, "off") < 0) {
-        PyBuffer_Release(&hb);
+    PyObject *objs[3];
+    Py_buffer views[3];
+    if (!PyArg_ParseTuple(args, "OOO", &objs[0], &objs[1], &objs[2])) return NULL;
+    if (get_all(3, objs, views, (Py_ssize_t[]){8, 8, 8}, (const char *[]){"hashes", "off", "width"}) < 0)
         return NULL;
-    }
-    if (get(w_obj, &wb, 8, "width") < 0) {
-        PyBuffer_Release(&hb), PyBuffer_Release(&ob);
-        return NULL;
-    }
+    Py_buffer hb = views[0], ob = views[1], wb = views[2];
     PyObject *result = NULL;
     const uint64_t *h = hb.buf;
     const int64_t *off = ob.buf, *width = wb.buf;
@@ -241,7 +244,7 @@ static PyObject *shingles(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
 done:
-    PyBuffer_Release(&hb), PyBuffer_Release(&ob), PyBuffer_Release(&wb);
+    release_all(3, views);
     return result;
 }
 
@@ -271,22 +274,12 @@ static void sign(const uint32_t *values, const int64_t *off, Py_ssize_t docs, co
 }
 
 static PyObject *minhash(PyObject *self, PyObject *args) {
-    PyObject *v_obj, *off_obj, *a_obj, *b_obj;
-    if (!PyArg_ParseTuple(args, "OOOO", &v_obj, &off_obj, &a_obj, &b_obj)) return NULL;
-    Py_buffer vb, ob, ab, bb;
-    if (get(v_obj, &vb, 4, "values") < 0) return NULL;
-    if (get(off_obj, &ob, 8, "off") < 0) {
-        PyBuffer_Release(&vb);
+    PyObject *objs[4];
+    Py_buffer views[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3])) return NULL;
+    if (get_all(4, objs, views, (Py_ssize_t[]){4, 8, 4, 4}, (const char *[]){"values", "off", "a", "b"}) < 0)
         return NULL;
-    }
-    if (get(a_obj, &ab, 4, "a") < 0) {
-        PyBuffer_Release(&vb), PyBuffer_Release(&ob);
-        return NULL;
-    }
-    if (get(b_obj, &bb, 4, "b") < 0) {
-        PyBuffer_Release(&vb), PyBuffer_Release(&ob), PyBuffer_Release(&ab);
-        return NULL;
-    }
+    Py_buffer vb = views[0], ob = views[1], ab = views[2], bb = views[3];
     PyObject *result = NULL;
     const uint32_t *values = vb.buf, *a = ab.buf, *b = bb.buf;
     const int64_t *off = ob.buf;
@@ -302,7 +295,7 @@ static PyObject *minhash(PyObject *self, PyObject *args) {
     sign(values, off, docs, a, b, perms, sig);
     Py_END_ALLOW_THREADS
 done:
-    PyBuffer_Release(&vb), PyBuffer_Release(&ob), PyBuffer_Release(&ab), PyBuffer_Release(&bb);
+    release_all(4, views);
     return result;
 }
 
