@@ -43,11 +43,12 @@ from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import lint, summary
 from workflow_scripts.train.lint import dest_of, flag_of
+from workflow_scripts.train.model_tokenizer import TRAINER_TOKENIZERS, trainer_eod
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.sft import sft_train_iters
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer
+    pass
 
 NEOX_EOD_PIECE = "<|endoftext|>"
 
@@ -128,31 +129,6 @@ def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length:
             f"{model['max_position_embeddings']} ({hf_dir}/config.json)"
         )
     return model
-
-
-TRAINER_TOKENIZERS = {  # (tokenizer kind, trainer) -> the trainer's tokenizer_type
-    ("sentencepiece", "neox"): "SPMTokenizer",
-    ("hf", "neox"): "HFTokenizer",
-    ("gpt2", "neox"): "GPT2BPETokenizer",
-    ("sentencepiece", "megatron"): "GPTSentencePieceTokenizer",
-    ("hf", "megatron"): "HuggingFaceTokenizer",
-    ("gpt2", "megatron"): "GPT2BPETokenizer",
-}
-
-
-def trainer_eod(tok: AnyTokenizer, trainer: str) -> tuple[int | None, str]:
-    """The EOD id ``trainer`` takes with ``tok`` and its rule: GPT-NeoX's tokenizers take
-    ``<|endoftext|>`` (SentencePiece's ``piece_to_id`` gives ``<unk>`` without it); Megatron-LM's take the
-    model's EOS (SentencePiece), the folder's ``eos_token`` (``HuggingFaceTokenizer``) or GPT-2's
-    ``<|endoftext|>``."""
-    if tok.kind == "sentencepiece" and trainer == "neox":
-        return tok.sp.piece_to_id(NEOX_EOD_PIECE), f"piece_to_id('{NEOX_EOD_PIECE}')"
-    if tok.kind == "sentencepiece":
-        return tok.sp.eos_id(), "the model's EOS"
-    if trainer == "neox" or tok.kind == "gpt2":
-        return tok.backend.token_to_id(NEOX_EOD_PIECE), f"token_to_id('{NEOX_EOD_PIECE}')"
-    eos = tok.eos_token()
-    return (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
 
 
 # --- checks against the plan --------------------------------------------------------------------------------

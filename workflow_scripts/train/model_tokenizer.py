@@ -3,7 +3,7 @@
 A Hugging Face folder's tokenizer (``tokenizer.model``, ``tokenizer.json`` or GPT-2's ``vocab.json``; the
 file of the data tokenizer's kind first) must give every id of the data's tokenizer (any kind) the same
 piece, its ``vocab_size`` must hold them all (GPT-NeoX pads the data's count up), and its ``eos_token_id``
-must be the end of document GPT-NeoX takes with the data's tokenizer (``train/configs.trainer_eod``).
+must be the end of document GPT-NeoX takes with the data's tokenizer (``trainer_eod``).
 Continued pretraining on data tokenized otherwise trains on the wrong embeddings without a single error;
 here it stops the plan, naming both tokenizers.
 """
@@ -41,6 +41,31 @@ def padded(size: int, multiple: int) -> int:
     return int(math.ceil(size / multiple) * multiple)
 
 
+TRAINER_TOKENIZERS = {  # (tokenizer kind, trainer) -> the trainer's tokenizer_type
+    ("sentencepiece", "neox"): "SPMTokenizer",
+    ("hf", "neox"): "HFTokenizer",
+    ("gpt2", "neox"): "GPT2BPETokenizer",
+    ("sentencepiece", "megatron"): "GPTSentencePieceTokenizer",
+    ("hf", "megatron"): "HuggingFaceTokenizer",
+    ("gpt2", "megatron"): "GPT2BPETokenizer",
+}
+
+
+def trainer_eod(tok: AnyTokenizer, trainer: str) -> tuple[int | None, str]:
+    """The EOD id ``trainer`` takes with ``tok`` and its rule: GPT-NeoX's tokenizers take
+    ``<|endoftext|>`` (SentencePiece's ``piece_to_id`` gives ``<unk>`` without it); Megatron-LM's take the
+    model's EOS (SentencePiece), the folder's ``eos_token`` (``HuggingFaceTokenizer``) or GPT-2's
+    ``<|endoftext|>``."""
+    if tok.kind == "sentencepiece" and trainer == "neox":
+        return tok.sp.piece_to_id(EOD_PIECE), f"piece_to_id('{EOD_PIECE}')"
+    if tok.kind == "sentencepiece":
+        return tok.sp.eos_id(), "the model's EOS"
+    if trainer == "neox" or tok.kind == "gpt2":
+        return tok.backend.token_to_id(EOD_PIECE), f"token_to_id('{EOD_PIECE}')"
+    eos = tok.eos_token()
+    return (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
+
+
 FOLDER_FILES = {  # the data tokenizer's kind -> a Hugging Face folder's tokenizer files, in preference order
     "sentencepiece": ("tokenizer.model", "tokenizer.json", "vocab.json"),
     "hf": ("tokenizer.json", "tokenizer.model", "vocab.json"),
@@ -71,8 +96,6 @@ def hf_pieces(hf_dir: str, kind: str = "sentencepiece") -> tuple[str, Callable[[
 def neox_eod(tok: AnyTokenizer) -> int:
     """The end of document GPT-NeoX takes with ``tok`` (its ``SPMTokenizer``, ``HFTokenizer`` and
     ``GPT2BPETokenizer``: ``<|endoftext|>``), or a ``TokenizerMismatch`` saying the tokenizer lacks it."""
-    from workflow_scripts.train.configs import trainer_eod
-
     eod, rule = trainer_eod(tok, "neox")
     if eod is None or tok.piece(eod) != EOD_PIECE:
         raise TokenizerMismatch(
