@@ -9,7 +9,7 @@ whole document when it has fewer); documents without units have no shingles.
 Everything after ``str.lower``/NFKC runs in C (``_shingle.c``), one pass over each text's code points: a
 unit's hash is a polynomial in its code points (base 0x100000001B3, plus its length), a shingle's a
 polynomial in its unit hashes (base 0x9E3779B97F4A7C15), both mod 2**64 and finished with the MurmurHash3
-64-bit finalizer. NFKC runs line by line and only on lines that are not in NFKC already (``nfkc``).
+64-bit finalizer. NFKC runs only on the lines holding a code point it may change (``nfkc``).
 """
 
 from __future__ import annotations
