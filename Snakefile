@@ -14,6 +14,7 @@ from snakemake.utils import min_version, validate
 sys.path.insert(0, workflow.basedir)  # the workflow_scripts package of this checkout
 
 from workflow_scripts.core.config_errors import explain
+from workflow_scripts.core.slurm_plan import SlurmPlan
 
 min_version("9.0")
 
@@ -44,6 +45,8 @@ if not workflow.remote_exec:
     asked = lambda: "plan" in workflow.dag_settings.targets
     show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
     logging.getLogger("snakemake.logging").addHandler(show_plan)
+    if "member_slot" in workflow.global_resources:  # a Slurm profile that groups shard jobs: show the jobs
+        logging.getLogger("snakemake.logging").addHandler(SlurmPlan(lambda rule: rule in workflow._localrules))
 
 
 # Every wildcard's pattern comes from the naming module (workflow_scripts/core/naming.py).

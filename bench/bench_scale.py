@@ -9,14 +9,17 @@ For each size N, in a copy of the workflow under bench/_work/scale/N:
 2. The per-shard outputs of dedup and tokenize (signatures, assignments, kept shards, tokenized
    ``.bin/.idx`` of one document each, stats, benchmark records) are written directly, in pipeline order,
    instead of running ~3N small jobs; the gathers after them (count, plan, slicing, merging) run for
-   real. The tree is *finished*; ``snakemake -n`` is timed on it, and the start of one Slurm job (the
-   command the executor runs on the node: ``--target-jobs 'tokenize:...' --allowed-rules tokenize --mode
-   remote``, as a dry run, which builds the job's DAG without running it).
+   real. The tree is *finished*; ``snakemake -n`` is timed on it, a dry run under ``profiles/lumi`` that
+   forces the per-shard rules counts the Slurm jobs they would take (grouped) next to their DAG jobs,
+   and the start of one Slurm job (the command the executor runs on the node: ``--target-jobs
+   'tokenize:...' --allowed-rules tokenize --mode remote``, as a dry run, which builds the job's DAG
+   without running it).
 3. Plain Snakemake: a workflow of three per-item rules and one gather over N items (3N + 1 jobs, the same
    order as ours), timed fresh (only the first inputs exist) and finished.
 
-Goal: 10,000 shards <= 30 s, 100,000 <= 5 minutes, within 2x plain Snakemake; a Slurm job's start <= 10 s
-beyond Snakemake's own import at 10,000 shards.
+Goal: 10,000 shards <= 30 s, 100,000 <= 5 minutes, within 2x plain Snakemake; <= 1,000 Slurm jobs for the
+per-shard rules at 100,000 shards; a Slurm job's start <= 10 s beyond Snakemake's own import at 10,000
+shards.
 
     .venv/bin/python bench/bench_scale.py                      # 1000, 10000 (about 10 minutes)
     .venv/bin/python bench/bench_scale.py --shards 1000 10000 100000
@@ -179,6 +182,22 @@ def dry_run(root: Path, *extra: str) -> harness.Measured:
     return harness.run_child([*SNAKEMAKE, "-n", "--quiet", "--cores", "2", *extra], cwd=root, sample_rss=True)
 
 
+PER_SHARD_RULES = ("dedup_signatures", "dedup_filter", "tokenize")
+
+
+def slurm_jobs(root: Path) -> dict[str, dict[str, int]]:
+    """Per per-shard rule, the Slurm jobs and DAG jobs `snakemake -n --profile profiles/lumi` would submit
+    were they all to rerun (``--forcerun``): the table that ends its output."""
+    env = {**os.environ, "SNAKEPACK_SLURM_ACCOUNT": "bench"}
+    args = ("-n", "--quiet", "--profile", "profiles/lumi", "--forcerun", *PER_SHARD_RULES)
+    out = harness.run_child(
+        [*SNAKEMAKE, "--configfile", "config/sample.yaml", "scale.yaml", *args], cwd=root, env=env
+    )
+    lines = out.output[out.output.index("Slurm jobs this run would submit") :].splitlines()[2:]
+    rows = {cells[0]: cells[1:] for cells in map(str.split, lines) if cells and cells[0] in PER_SHARD_RULES}
+    return {rule: {"slurm_jobs": int(row[0]), "dag_jobs": int(row[1])} for rule, row in rows.items()}
+
+
 def measure(n: int, keep: bool) -> dict[str, float]:
     print(f"== {n} shards", flush=True)
     root = harness.WORK / "scale" / str(n)
@@ -193,6 +212,11 @@ def measure(n: int, keep: bool) -> dict[str, float]:
     finished = snakemake(root, "-n")
     assert "Nothing to be done" in finished.output, finished.output[-2000:]
     print(f"  snakemake -n, finished: {finished.wall:.1f} s, {finished.rss_mib:.0f} MiB", flush=True)
+    slurm = slurm_jobs(root)
+    print(
+        f"  Slurm jobs of the per-shard rules under profiles/lumi (a forced rerun of them): {slurm}",
+        flush=True,
+    )
     group, split = sorted((root / "results" / "shards").glob("*/*_split_*.jsonl"))[0].name.split("_split_")
     job = f"tokenize:group={group},split={split.removesuffix('.jsonl')}"
     remote = ("--target-jobs", job, "--allowed-rules", "tokenize", "--mode", "remote", "--nolock", "-n")
@@ -220,6 +244,9 @@ def measure(n: int, keep: bool) -> dict[str, float]:
         "finished_s": round(finished.wall, 2),
         "finished_rss_mib": round(finished.rss_mib),
         "slurm_job_start_s": round(slurm_job.wall, 2),
+        "slurm_jobs": slurm,
+        "slurm_jobs_total": sum(r["slurm_jobs"] for r in slurm.values()),
+        "dag_jobs_per_shard_rules": sum(r["dag_jobs"] for r in slurm.values()),
         "snakemake_import_s": round(version.wall, 2),
         "plain_jobs": 3 * n + 1,
         "plain_fresh_s": round(plain_fresh.wall, 2),
@@ -242,6 +269,11 @@ def main() -> None:
         ok = worst <= goals.get(r["shards"], 300) and ratio <= 2
         verdict = "met" if ok else "NOT met"
         print(f"{r['shards']:>7} shards: worst dry run {worst:.1f} s, x{ratio:.2f} plain: {verdict}")
+        jobs = r["slurm_jobs_total"]
+        verdict = "met" if jobs <= 1000 else "NOT met"
+        print(
+            f"{'':>7} per-shard rules: {jobs} Slurm jobs, {r['dag_jobs_per_shard_rules']} DAG jobs: {verdict}"
+        )
     harness.write_results("scale", {"args": vars(args), "rows": rows})
 
 

@@ -70,6 +70,32 @@ except UserError as error:
     raise WorkflowError(f"config: {error}") from None
 
 
+def runtime_by_size(mb_per_minute):
+    """A per-shard job's time limit in minutes, from its input's size at a conservative one-core rate. A
+    Slurm profile that groups these jobs asks for the sum of its members' (they run one after another)."""
+    return lambda wildcards, input: 1 + math.ceil(input.size_mb / mb_per_minute)
+
+
+# A Slurm profile that groups shard jobs declares the one-member-at-a-time resource (profiles/lumi).
+GROUPED = "member_slot" in workflow.global_resources
+
+
+def shard_batch(rule):
+    """The Slurm job a per-shard job of ``rule`` joins under a grouping profile (none otherwise): shards
+    ``k * n`` to ``(k + 1) * n - 1`` of its group, n = ``shards_per_slurm_job``; named ``RULE.GROUP.k``."""
+    per_job = config["shards_per_slurm_job"]
+
+    def batch(wildcards):
+        if not GROUPED:
+            return None
+        name = f"{rule}.{wildcards.group}.{int(wildcards.split) // per_job}"
+        # Snakemake joins jobs of one name into one Slurm job only up to this many (no more are named so)
+        workflow.group_settings.group_components[name] = per_job
+        return name
+
+    return batch
+
+
 def get_shards(wildcards=None):
     """Every ingested shard, known once its group's ingest checkpoint ran."""
     shards = []

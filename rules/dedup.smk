@@ -15,6 +15,10 @@ rule dedup_signatures:
         f"{BENCH}/dedup/signatures/{SHARD}.tsv"
     params:
         settings=DEDUP_ARGS,
+    group:
+        shard_batch("dedup_signatures")
+    resources:
+        runtime=runtime_by_size(300),
     conda:
         "../envs/dedup.yaml"
     shell:
@@ -115,6 +119,10 @@ rule dedup_filter:
         f"{LOGS}/dedup/filter/{SHARD}.log",
     params:
         assign=assignment,
+    group:
+        shard_batch("dedup_filter")
+    resources:
+        runtime=runtime_by_size(1200),
     conda:
         "../envs/dedup.yaml"
     shell:

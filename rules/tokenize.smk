@@ -76,6 +76,10 @@ rule tokenize:
         prefix=lambda wildcards: f"{TOK}/{naming.shard_name(wildcards.group, wildcards.split)}",
         settings=f"{TOKENIZE_ARGS} {TOKENIZER_OPTS}".rstrip(),  # the tokenizer's options: GPT-2's merges
     threads: config["tokenize"]["threads"]
+    group:
+        shard_batch("tokenize")
+    resources:
+        runtime=runtime_by_size(300),
     conda:
         "../envs/tokenize.yaml"
     shell:

@@ -13,6 +13,7 @@ waits forever and ignores SIGTERM (see profiles/slurm-local/profile.yaml).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -101,11 +102,11 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     """Every stage (the sample, ingest checkpoints, dedup's scatter and gather, tokenize, count, the plan,
     slicing and merging) as real Slurm jobs; the packs are byte for byte those of a local run."""
     small = ("--configfile", "config/sample.yaml", "small.yaml")
-    config = "sample: {scale: 0.3}\ntokenize: {threads: 1}\n"
+    config = "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\n"
     local = Workflow(tmp_path / "local")
     for wf in (workflow, local):
         (wf.root / "small.yaml").write_text(config)
-    local.ok("--profile", "profiles/local", "--cores", "2", *small)
+    local_output = local.ok("--profile", "profiles/local", "--cores", "2", *small)
     wf = workflow.root
     proc = workflow.run("--profile", "profiles/slurm-local", *small, timeout_s=SNAKEMAKE_TIMEOUT_S)
     assert proc.returncode not in (124, 137, -9), (
@@ -122,11 +123,23 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     job_ids = {p.stem for p in logs}
     assert all(re.fullmatch(r"\d+(_\d+)?", j) for j in job_ids), job_ids
     rule_dirs = {p.relative_to(log_root).parts[0] for p in logs}
-    expected = ["sample", "ingest", "dedup_signatures", "dedup_bands", "dedup_cluster", "dedup_filter"]
-    expected += ["train_tokenizer", "tokenize", "count", "slice_pack", "merge_pack"]
-    assert {f"rule_{r}" for r in expected} <= rule_dirs, sorted(rule_dirs)
+    expected = ["sample", "ingest", "dedup_bands", "dedup_cluster", "train_tokenizer", "count", "slice_pack"]
+    assert {f"rule_{r}" for r in [*expected, "merge_pack"]} <= rule_dirs, sorted(rule_dirs)
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
     assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
+    # ... the per-shard rules in grouped jobs of up to 4 shards of a group (shards_per_slurm_job in
+    # profiles/slurm-local), each log naming its shards
+    shards = {p.name.split(".")[0] for p in (wf / "results" / "shards").glob("*/*_split_*.jsonl")}
+    batches = {(s.split("_split_")[0], int(s.split("_split_")[1]) // 4) for s in shards}
+    assert len(batches) < len(shards)  # some Slurm jobs hold several shards
+    member = re.compile(r"^\s*rule (\w+):\n(?:.*\n)*?\s+wildcards: group=(\S+), split=(\d+)$", re.M)
+    for rule in ("dedup_signatures", "dedup_filter", "tokenize"):
+        grouped = [p for p in logs if p.relative_to(log_root).parts[0].startswith(f"group_{rule}")]
+        held = [
+            {f"{g}_split_{n}" for r, g, n in member.findall(log.read_text()) if r == rule} for log in grouped
+        ]
+        assert len(grouped) == len(batches) and set().union(*held) == shards, (rule, held)
+    assert len(submitted) < len(re.findall(r"^(?:local)?rule \w+:$", local_output, re.M))
     # ... each log is the job-side Snakemake run of the executor plugin
     for log in logs:
         text = log.read_text(errors="replace")
@@ -189,6 +202,51 @@ def test_lumi_profile_needs_the_account_and_defaults_partitions(workflow):
     ok = workflow.run("--dry-run", "--profile", "profiles/lumi", TARGET, timeout_s=120, env=env)
     assert ok.returncode == 0, tail(ok.output)
     assert "slurm_partition=debug" in ok.output
+
+
+def _slurm_table(output: str) -> dict[str, list[str]]:
+    """The dry run's closing table of Slurm jobs: rule -> its cells, down to the totals."""
+    lines = output[output.index("Slurm jobs this run would submit") :].splitlines()[2:]
+    rows = [line.split() for line in lines]
+    rows = rows[: next(i for i, row in enumerate(rows) if row[:1] == ["total"]) + 1]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_a_lumi_dry_run_shows_the_grouped_slurm_jobs_and_their_sizes(workflow):
+    """The shard jobs go to Slurm grouped by `shards_per_slurm_job` shards of a group, and the dry run says
+    how: Slurm jobs per rule, shards per job, and a grouped job's request sized for its members running one
+    after another (the largest member's CPUs and memory, the sum of their runtimes, 1 + ceil(MB / 300)
+    minutes each for signing)."""
+    small = ("--configfile", "config/sample.yaml", "small.yaml")
+    (workflow.root / "small.yaml").write_text("sample: {scale: 0.3}\ningest: {shard_size: 40000}\n")
+    workflow.ok("--cores", "2", "--until", "ingest_stats", *small)
+    shards = sorted((workflow.root / "results" / "shards").glob("*/*_split_*.jsonl"))
+    env = {**snakemake_env(), "SNAKEPACK_SLURM_ACCOUNT": "project_1"}
+
+    for per_job in (400, 2):  # the schema's default, then the config key
+        batches: dict[tuple[str, int], list[int]] = {}
+        for p in shards:
+            group, split = p.name.removesuffix(".jsonl").split("_split_")
+            runtime = 1 + math.ceil(p.stat().st_size / 2**20 / 300)
+            batches.setdefault((group, int(split) // per_job), []).append(runtime)
+        sizes = [len(b) for b in batches.values()]
+        plan = workflow.run(
+            "--dry-run",
+            "--profile",
+            "profiles/lumi",
+            *small,
+            "--config",
+            f"shards_per_slurm_job={per_job}",
+            timeout_s=300,
+            env=env,
+        )
+        assert plan.returncode == 0, tail(plan.output)
+        table = _slurm_table(plan.output)
+        expected = [str(len(batches)), str(len(shards)), f"{min(sizes)}-{max(sizes)}", "1", "4000"]
+        assert table["dedup_signatures"] == [*expected, str(max(map(sum, batches.values())))], table
+        assert table["dedup_cluster"][:5] == ["1", "1", "1-1", "16", "120000"]  # not grouped: its own request
+        assert table["total"][1] == str(sum(int(row[1]) for rule, row in table.items() if rule != "total"))
+    assert max(sizes) == 2 < len(shards)
 
 
 def test_a_site_container_applies_to_every_rule(workflow):

@@ -1,0 +1,92 @@
+"""What a dry run under a Slurm profile would submit: one row per rule with its Slurm job count, the DAG
+jobs those hold (the members of grouped jobs) and the largest request (CPUs, memory, time limit).
+
+Snakemake forms the grouped jobs in the dry run too and logs each one; this handler gathers those log
+records and prints the table after Snakemake's "This was a dry-run" line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from snakemake_interface_logger_plugins.common import LogEvent
+
+DRY_RUN_DONE = "This was a dry-run"  # the start of Snakemake's last line of a dry run
+
+
+@dataclass
+class RuleRow:
+    """The Slurm jobs of one rule in the plan."""
+
+    slurm_jobs: int = 0
+    dag_jobs: int = 0
+    members: list[int] = field(default_factory=list)  # DAG jobs per Slurm job
+    cpus: int = 0
+    mem_mb: int = 0
+    runtime_min: int = 0
+
+    def add(self, members: int, resources: Any) -> None:
+        self.slurm_jobs += 1
+        self.dag_jobs += members
+        self.members.append(members)
+        self.cpus = max(self.cpus, int(resources.get("_cores", 1) or 1))
+        self.mem_mb = max(self.mem_mb, _int(resources.get("mem_mb")))
+        self.runtime_min = max(self.runtime_min, _int(resources.get("runtime")))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0  # unknown until run (TBD) or unset
+
+
+def table(rows: dict[str, RuleRow]) -> str:
+    """The plan as text: a row per rule, then the totals."""
+    import pandas as pd  # only in a dry run under a cluster profile
+
+    records = [
+        {
+            "rule": name,
+            "slurm jobs": row.slurm_jobs,
+            "DAG jobs": row.dag_jobs,
+            "per job": f"{min(row.members)}-{max(row.members)}",
+            "cpus": row.cpus,
+            "mem_mb": row.mem_mb,
+            "runtime (min)": row.runtime_min,
+        }
+        for name, row in sorted(rows.items())
+    ]
+    total = {"rule": "total", "slurm jobs": sum(r.slurm_jobs for r in rows.values())}
+    total["DAG jobs"] = sum(r.dag_jobs for r in rows.values())
+    frame = pd.DataFrame([*records, total], dtype=object).fillna("")
+    return frame.to_string(index=False)
+
+
+class SlurmPlan(logging.Handler):
+    """Gathers the jobs a dry run logs; prints what Slurm would get when the dry run ends.
+
+    ``is_local(rule)`` says whether a rule runs where Snakemake runs (``localrule``): no Slurm job.
+    """
+
+    def __init__(self, is_local: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.is_local = is_local
+        self.rows: dict[str, RuleRow] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "event", None)
+        if event == LogEvent.GROUP_INFO:
+            jobs: Iterable[Any] = record.jobs
+            jobs = list(jobs)
+            group = jobs[0].dag.get_job_group(jobs[0])
+            self.rows.setdefault(jobs[0].rule.name, RuleRow()).add(len(jobs), group.resources)
+        elif event == LogEvent.JOB_INFO and not record.indent and not self.is_local(record.rule_name):
+            resources = {**dict(record.resources.items()), "_cores": record.threads}
+            self.rows.setdefault(record.rule_name, RuleRow()).add(1, resources)
+        elif record.getMessage().startswith(DRY_RUN_DONE) and self.rows:
+            print(
+                "Slurm jobs this run would submit (the jobs known now: those after a checkpoint join once"
+                f" it ran):\n{table(self.rows)}",
+                flush=True,
+            )
