@@ -189,7 +189,7 @@ def slurm_jobs(root: Path) -> dict[str, dict[str, int]]:
     """Per per-shard rule, the Slurm jobs and DAG jobs `snakemake -n --profile profiles/lumi` would submit
     were they all to rerun (``--forcerun``): the table that ends its output."""
     env = {**os.environ, "SNAKEPACK_SLURM_ACCOUNT": "bench"}
-    args = ("-n", "--quiet", "--profile", "profiles/lumi", "--forcerun", *PER_SHARD_RULES)
+    args = ("-n", "--quiet", "rules", "--profile", "profiles/lumi", "--forcerun", *PER_SHARD_RULES)
     out = harness.run_child(
         [*SNAKEMAKE, "--configfile", "config/sample.yaml", "scale.yaml", *args], cwd=root, env=env
     )
