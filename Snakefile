@@ -45,7 +45,7 @@ if not workflow.remote_exec:
     asked = lambda: "plan" in workflow.dag_settings.targets
     show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
     logging.getLogger("snakemake.logging").addHandler(show_plan)
-    if "member_slot" in workflow.global_resources:  # a Slurm profile that groups shard jobs: show the jobs
+    if GROUPED:  # a Slurm profile that groups shard jobs (rules/common.smk): show the Slurm jobs
         logging.getLogger("snakemake.logging").addHandler(SlurmPlan(lambda rule: rule in workflow._localrules))
 
 

@@ -8,7 +8,7 @@ records and prints the table after Snakemake's "This was a dry-run" line.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +77,7 @@ class SlurmPlan(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         event = getattr(record, "event", None)
         if event == LogEvent.GROUP_INFO:
-            jobs: Iterable[Any] = record.jobs
-            jobs = list(jobs)
+            jobs: list[Any] = list(record.jobs)
             group = jobs[0].dag.get_job_group(jobs[0])
             self.rows.setdefault(jobs[0].rule.name, RuleRow()).add(len(jobs), group.resources)
         elif event == LogEvent.JOB_INFO and not record.indent and not self.is_local(record.rule_name):
