@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -54,21 +53,13 @@ GROUPS = [
     ("zh", "web"),
     ("ja", "news"),
 ]
-WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs"]
 TOKENS_PER_DOC = 400
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+SNAKEMAKE = harness.SNAKEMAKE
 
 
 def make_workflow(root: Path, n: int) -> None:
     """A copy of the workflow with N one-document raw files in 12 groups and its config."""
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for name in WORKFLOW_FILES:
-        src = harness.ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
+    harness.copy_workflow(root)
     raw = root / "raw"
     raw.mkdir()
     for i in range(n):

@@ -12,6 +12,7 @@ import os
 import platform
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,11 +32,25 @@ WORK = BENCH / "_work"  # git-ignored scratch space
 RESULTS = BENCH / "results"
 MB = 1_000_000
 T = TypeVar("T")
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]
 
 
 def cli(command: str, *args: str | os.PathLike[str] | float) -> list[str]:
     """Command line running ``snakepack COMMAND ARGS`` (as ``python -m workflow_scripts``, like the rules)."""
     return [sys.executable, "-m", "workflow_scripts", command, *map(str, args)]
+
+
+def copy_workflow(root: Path) -> None:
+    """A fresh copy of the workflow (its files, no results) in ``root``, for runs that must not touch ours."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, root / name)
 
 
 # ---------------------------------------------------------------- timing

@@ -12,14 +12,18 @@ waits forever and ignores SIGTERM (see profiles/slurm-local/profile.yaml).
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import math
 import os
 import re
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.utils import Workflow, snakemake_env, tail
@@ -153,6 +157,73 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
         if records[job_id]["source"] == "squeue":  # the plugin puts rule and wildcards into --comment
             assert records[job_id]["comment"].startswith("rule_"), (job_id, records[job_id])
     assert "Nothing to be done" in workflow.ok("--profile", "profiles/slurm-local", "-n", *small)
+
+
+TOKENIZE_CMD = re.compile(r"workflow_scripts tokenize --input \S*/(\w+_split_\d+)\.jsonl")
+
+
+def _kill_second_member(batch: set[str], stop: threading.Event) -> list[str]:
+    """Watch the processes until tokenize runs for a second shard of ``batch``; SIGKILL it. Returns the
+    shards seen running, in order (the last one killed)."""
+    seen: list[str] = []
+    while not stop.is_set() and len(seen) < 2:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            match = TOKENIZE_CMD.search(" ".join(cmdline))
+            if match and match[1] in batch and match[1] not in seen and "python" in cmdline[0]:
+                seen.append(match[1])
+                if len(seen) == 2:
+                    proc.kill()
+                    break
+        time.sleep(0.05)
+    return seen
+
+
+@pytest.mark.slurm
+def test_a_member_killed_in_a_grouped_job_costs_only_the_missing_shards(slurm_cluster, workflow):
+    """tokenize rerun through Slurm in grouped jobs, one member SIGKILLed while its job runs: the job fails,
+    the members that finished keep their outputs (untouched by the rerun), and a plain rerun redoes only
+    the shards whose outputs are missing, giving the same bytes as the first, local run."""
+    small = ("--configfile", "config/sample.yaml", "small.yaml")
+    (workflow.root / "small.yaml").write_text(
+        "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\n"
+    )
+    target = "results/tokenized/stats.json"
+    workflow.ok(target, "--profile", "profiles/local", "--cores", "2", *small)
+    tok = workflow.root / "results" / "tokenized"
+    outputs = sorted([*tok.glob("*_split_*.bin"), *tok.glob("*_split_*.idx")])
+    before = {p.name: p.read_bytes() for p in outputs}
+    shards = sorted({p.name.split("_text_document")[0] for p in outputs})
+    batches: dict[tuple[str, int], set[str]] = {}  # profiles/slurm-local: 4 shards of a group per Slurm job
+    for s in shards:
+        group, split = s.rsplit("_split_", 1)
+        batches.setdefault((group, int(split) // 4), set()).add(s)
+    batch = max(batches.values(), key=len)
+    assert len(batch) >= 3, batches
+
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        watcher = pool.submit(_kill_second_member, batch, stop)
+        failed = workflow.run(target, "--profile", "profiles/slurm-local", "--forcerun", "tokenize", *small)
+        stop.set()
+        seen = watcher.result()
+    assert len(seen) == 2, f"tokenize never ran for two shards of {sorted(batch)}:\n{tail(failed.output)}"
+    finished, killed = seen
+    assert failed.returncode != 0, tail(failed.output)
+    assert re.search(r"Error in group tokenize\.", failed.output), tail(failed.output)
+
+    done = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
+    assert f"{finished}_text_document.bin" in done  # the member before the killed one kept its outputs
+    assert f"{killed}_text_document.bin" not in done
+    missing = {s for s in shards if f"{s}_text_document.bin" not in done}
+    plan = workflow.ok(target, "--profile", "profiles/slurm-local", "-n", *small)
+    jobs = re.findall(r"rule tokenize:\n(?:.*\n)*?\s+wildcards: group=(\S+), split=(\d+)", plan)
+    planned = {f"{g}_split_{n}" for g, n in jobs}
+    assert planned == missing, (sorted(planned), sorted(missing))
+
+    workflow.ok(target, "--profile", "profiles/slurm-local", *small, timeout_s=SNAKEMAKE_TIMEOUT_S)
+    assert {p.name: p.read_bytes() for p in outputs} == before
+    assert {n: t for n, t in ((p.name, p.stat().st_mtime_ns) for p in outputs) if n in done} == done
 
 
 # --- the profiles (no Slurm needed) -------------------------------------------------------------------
