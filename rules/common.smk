@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shlex
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -74,6 +75,20 @@ def runtime_by_size(mb_per_minute):
     """A per-shard job's time limit in minutes, from its input's size at a conservative one-core rate. A
     Slurm profile that groups these jobs asks for the sum of its members' (they run one after another)."""
     return lambda wildcards, input: 1 + math.ceil(input.size_mb / mb_per_minute)
+
+
+def threads_by_size(threads, mb_per_thread):
+    """A per-shard job's threads: one per ``mb_per_thread`` MB of its shard (its first input), ``threads`` at
+    most; a small shard's job leaves the other cores to its neighbours (no output depends on it). Until the
+    shard exists, ``threads``: Snakemake evaluates it again when it schedules the job."""
+
+    def by_size(wildcards, input):
+        shard = Path(input[0])
+        if not shard.exists():
+            return threads
+        return max(1, min(threads, math.ceil(shard.stat().st_size / 1e6 / mb_per_thread)))
+
+    return by_size
 
 
 # A Slurm profile that groups shard jobs declares the one-member-at-a-time resource (profiles/lumi).

@@ -4,17 +4,31 @@ shards (signatures, filter) and gathered by hash partition and LSH band group (e
 """
 
 
+# The settings resolved once (LSH shape, datasketch's permutations): the signature jobs skip that cost.
+rule dedup_params:
+    output:
+        f"{DEDUP_WORK}/params.json",
+    log:
+        f"{LOGS}/dedup/params.log",
+    params:
+        settings=DEDUP_ARGS,
+    localrule: True
+    conda:
+        "../envs/dedup.yaml"
+    shell:
+        "python -m workflow_scripts dedup-params --output {output:q} {params.settings} > {log:q} 2>&1"
+
+
 rule dedup_signatures:
     input:
-        f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
+        shard=f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
+        params=f"{DEDUP_WORK}/params.json",
     output:
         f"{DEDUP_WORK}/sig/{SHARD}.sig",
     log:
         f"{LOGS}/dedup/signatures/{SHARD}.log",
     benchmark:
         f"{BENCH}/dedup/signatures/{SHARD}.tsv"
-    params:
-        settings=DEDUP_ARGS,
     group:
         shard_batch("dedup_signatures")
     resources:
@@ -22,7 +36,8 @@ rule dedup_signatures:
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts dedup-signatures --input {input:q} --output {output:q} {params.settings} > {log:q} 2>&1"
+        "python -m workflow_scripts dedup-signatures --input {input.shard:q} --params {input.params:q}"
+        " --output {output:q} > {log:q} 2>&1"
 
 
 # A barrier: the one job that lists every signature, so that the gathers below depend on one file (the

@@ -29,6 +29,7 @@ COMMANDS: dict[str, Command] = {
     "sample": _c("ingest.sample", "write the embedded sample delivery (raw files and manifest)"),
     "ingest": _c("ingest.shards", "raw files of one group -> uniform jsonl shards, quarantine, stats"),
     "dedup": _c("dedup.local", "every dedup step locally over a set of shards (standalone)"),
+    "dedup-params": _c("dedup.params", "dedup step 0: the resolved parameters (LSH shape, permutations)"),
     "dedup-signatures": _c("dedup.signatures", "dedup step 1: MinHash signatures of one shard"),
     "dedup-exact": _c("dedup.exact", "dedup step 2: exact-duplicate pairs of one hash partition"),
     "dedup-bands": _c("dedup.bands", "dedup step 2: LSH candidate pairs of one band group and partition"),

@@ -17,8 +17,9 @@ from datasketch import MinHash
 
 from tests.dedup.test_text import _texts
 from workflow_scripts.dedup import signatures
+from workflow_scripts.dedup.params import DedupParams, permutations
 from workflow_scripts.dedup.settings import DedupSettings
-from workflow_scripts.dedup.signatures import minhash, permutations, sign_batch, sign_long, write_signatures
+from workflow_scripts.dedup.signatures import minhash, sign_batch, sign_long, write_signatures
 from workflow_scripts.dedup.text import CUT_CJK, CUT_PUNCT, CUT_SPACE, Shingler, char_tables
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def test_signature_files_do_not_depend_on_piece_or_chunk_sizes(
     shard = tmp_path / "en_web_cc_split_0000.jsonl"
     shard.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     for verify in ("jaccard", "none"):
-        params = DedupSettings(verify=verify).resolved()
+        params = DedupParams.resolve(DedupSettings(verify=verify))
         write_signatures(shard, tmp_path / "whole.sig", params)
         with monkeypatch.context() as m:
             m.setattr(signatures, "CHUNK_CHARS", 50)

@@ -219,12 +219,13 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
 def test_many_shards_under_a_small_open_file_limit(tmp_path: Path) -> None:
     """The gather steps read thousands of signature files with at most 128 files open (the default limits
     on open files and memory maps cap what one job may hold, not how many shards it reads)."""
+    from workflow_scripts.dedup.params import DedupParams
     from workflow_scripts.dedup.settings import DedupSettings
     from workflow_scripts.dedup.signatures import write_signatures
 
     rng = random.Random(3)
     base = [_text(rng, 40) for _ in range(50)]
-    shards, settings = 1500, DedupSettings().resolved()
+    shards, settings = 1500, DedupParams.resolve(DedupSettings())
     sigs = []
     for s in range(shards):
         shard = tmp_path / "in" / f"en_web_cc_split_{s:04d}.jsonl"

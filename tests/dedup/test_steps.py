@@ -20,9 +20,10 @@ from workflow_scripts.dedup import verify as dedup_verify
 from workflow_scripts.dedup.bands import band_candidates, verify
 from workflow_scripts.dedup.cluster import union
 from workflow_scripts.dedup.pairs import run_pairs, run_starts
+from workflow_scripts.dedup.params import DedupParams, permutations
 from workflow_scripts.dedup.report import check_counts
 from workflow_scripts.dedup.settings import DedupSettings
-from workflow_scripts.dedup.signatures import minhash, permutations, write_signatures
+from workflow_scripts.dedup.signatures import minhash, write_signatures
 from workflow_scripts.dedup.sigset import SignatureSet, make_keys
 
 VOCAB = ["".join(w) for w in itertools.product("abcdefghijklmnopqrstuvwxyz", repeat=3)][::5]  # letters only
@@ -92,9 +93,9 @@ def test_minhash_matches_datasketch() -> None:
 def test_signatures_are_deterministic(tmp_path: Path) -> None:
     rng = random.Random(2)
     shard = write_shard(tmp_path / "en_web_cc_split_0000.jsonl", [doc(str(i), text(rng)) for i in range(50)])
-    write_signatures(shard, tmp_path / "a.sig", DedupSettings().resolved())
-    write_signatures(shard, tmp_path / "b.sig", DedupSettings().resolved())
-    write_signatures(shard, tmp_path / "c.sig", DedupSettings(seed=99).resolved())
+    write_signatures(shard, tmp_path / "a.sig", DedupParams.resolve(DedupSettings()))
+    write_signatures(shard, tmp_path / "b.sig", DedupParams.resolve(DedupSettings()))
+    write_signatures(shard, tmp_path / "c.sig", DedupParams.resolve(DedupSettings(seed=99)))
     a = (tmp_path / "a.sig").read_bytes()
     assert a == (tmp_path / "b.sig").read_bytes()
     assert a != (tmp_path / "c.sig").read_bytes()
@@ -121,7 +122,7 @@ def test_band_sorting_finds_every_equal_band_pair(tmp_path: Path) -> None:
             [doc(f"{s}-{i}", text(rng, 15, vocab)) for i in range(40)],
         )
         sig_paths.append(tmp_path / f"{s}.sig")
-        write_signatures(shard, sig_paths[-1], params)
+        write_signatures(shard, sig_paths[-1], DedupParams.resolve(params))
     sigs = SignatureSet(sig_paths)
     expected = set()
     for j in range(params.bands):
@@ -149,7 +150,7 @@ def test_verification_rejects_dissimilar_candidates(tmp_path: Path) -> None:
     shard = write_shard(tmp_path / "en_web_cc_split_0000.jsonl", docs)
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.uint64)  # keys of shard 0: its rows
     for mode in ("jaccard", "none"):
-        write_signatures(shard, tmp_path / f"{mode}.sig", DedupSettings(verify=mode).resolved())
+        write_signatures(shard, tmp_path / f"{mode}.sig", DedupParams.resolve(DedupSettings(verify=mode)))
         accepted, sim = verify(SignatureSet([tmp_path / f"{mode}.sig"]), pairs)
         if mode == "jaccard":
             assert accepted.tolist() == [True, False, False]

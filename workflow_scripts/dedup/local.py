@@ -26,6 +26,7 @@ from workflow_scripts.dedup.bands import write_band_group
 from workflow_scripts.dedup.cluster import write_clusters
 from workflow_scripts.dedup.exact import write_exact
 from workflow_scripts.dedup.filter import filter_shard
+from workflow_scripts.dedup.params import DedupParams
 from workflow_scripts.dedup.report import write_report
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import stem
@@ -68,10 +69,11 @@ def run(
     ]
     seconds: dict[str, float] = {}
     char_tables(params.punctuation)  # built once here, inherited by the forked workers
+    signing = DedupParams.resolve(params)
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         t = time.perf_counter()
-        _run(pool, write_signatures, [(p, s, params) for p, s in zip(inputs, sigs, strict=True)])
+        _run(pool, write_signatures, [(p, s, signing) for p, s in zip(inputs, sigs, strict=True)])
         seconds["signatures"] = time.perf_counter() - t
         t = time.perf_counter()
         _run(pool, _pairs_job, [(sigs, p, g, groups) for g, p in enumerate(pairs, start=-1)])

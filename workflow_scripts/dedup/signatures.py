@@ -22,12 +22,12 @@ from typing import IO, Any
 import numpy as np
 import orjson
 import xxhash
-from datasketch import MinHash
 
 from workflow_scripts.core import naming, settings
 from workflow_scripts.core.fsio import temp_sibling
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.dedup import _shingle
+from workflow_scripts.dedup.params import DedupParams
 from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import StoreWriter, write_store
@@ -41,12 +41,6 @@ SPILL_ROWS = 1 << 17  # per-document rows read back from the spill files at once
 SORT_ROWS = 1 << 18  # hashes sorted at once: a shard with more valid documents sorts them by hash ranges
 MAX_RANGE_BITS = 8  # at most 256 ranges (512 files open at once)
 VERSION = 1
-
-
-def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """datasketch's affine32 permutation parameters (a, b), uint32."""
-    a, b = MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
-    return a.astype(np.uint32), b.astype(np.uint32)
 
 
 def minhash(values: np.ndarray, off: np.ndarray, perms: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -327,7 +321,7 @@ def _write_per_document(store: StoreWriter, spill: _Spill, bands: int) -> None:
 
 
 def write_signatures(
-    shard: str | os.PathLike[str], output: str | os.PathLike[str], params: DedupSettings
+    shard: str | os.PathLike[str], output: str | os.PathLike[str], resolved: DedupParams
 ) -> int:
     """Compute and write the signature store of ``shard``; return its number of documents.
 
@@ -336,7 +330,7 @@ def write_signatures(
     to spill files (next to the output, removed at the end) as each batch is signed; the sorted columns are
     then made one at a time.
     """
-    perms = permutations(params.num_perm, params.seed)
+    params, perms = resolved.settings, resolved.perms
     meta = {"kind": "signatures", "version": VERSION, "shard": Path(shard).name, "params": params.to_json()}
     spill_dir = temp_sibling(Path(f"{output}.spill"))
     shutil.rmtree(spill_dir, ignore_errors=True)
@@ -386,6 +380,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--input", required=True, help="input shard (.jsonl, .jsonl.gz, .jsonl.zst)")
     parser.add_argument("--output", required=True, help="signature store to write")
+    parser.add_argument("--params", help="resolved parameters (dedup-params' JSON); else the settings below")
     settings.add_arguments(parser, DedupSettings, "dedup settings")
     args = parser.parse_args(argv)
-    write_signatures(args.input, args.output, settings.from_args(DedupSettings, args).resolved())
+    if args.params:
+        resolved = DedupParams.read(args.params)
+    else:
+        resolved = DedupParams.resolve(settings.from_args(DedupSettings, args))
+    write_signatures(args.input, args.output, resolved)
