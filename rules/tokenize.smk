@@ -75,7 +75,7 @@ rule tokenize:
     params:
         prefix=lambda wildcards: f"{TOK}/{naming.shard_name(wildcards.group, wildcards.split)}",
         settings=f"{TOKENIZE_ARGS} {TOKENIZER_OPTS}".rstrip(),  # the tokenizer's options: GPT-2's merges
-    threads: threads_by_size(config["tokenize"]["threads"], 8)  # the CLI encodes 4 MB batches
+    threads: threads_by_size(config["tokenize"]["threads"], 64)  # one thread per 16 batches of 4 MB
     group:
         shard_batch("tokenize")
     resources:

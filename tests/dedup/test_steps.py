@@ -159,13 +159,14 @@ def test_verification_rejects_dissimilar_candidates(tmp_path: Path) -> None:
             assert accepted.all()
 
 
-def test_jaccard_of_sets_with_repeats_and_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jaccard_of_sets_with_repeats() -> None:
     rng = np.random.default_rng(3)
     sets = [rng.integers(0, 40, size=rng.integers(0, 30)).astype(np.uint32) for _ in range(50)]
+    sets[7] = np.array([2**32 - 1, 0, 2**32 - 1], dtype=np.uint32)  # the extremes of the element range
     values = np.concatenate(sets)
     off = np.concatenate([[0], np.cumsum([s.size for s in sets])])
     left, right = rng.integers(0, 50, 300), rng.integers(0, 50, 300)
-    monkeypatch.setattr(dedup_verify, "CHUNK_ELEMENTS", 64)  # many chunks
+    left[:3], right[:3] = 7, (7, 0, 8)
     got = dedup_verify.jaccard_pairs(values, off, left, right)
     for a, b, j in zip(left, right, got, strict=True):
         x, y = set(sets[a].tolist()), set(sets[b].tolist())

@@ -299,6 +299,46 @@ done:
     return result;
 }
 
+/* |A & B| of pairs of sorted, duplicate-free uint32 sets (CSR values/off; left[k], right[k] index sets). */
+static PyObject *intersections(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    Py_buffer views[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3])) return NULL;
+    if (get_all(4, objs, views, (Py_ssize_t[]){4, 8, 8, 8}, (const char *[]){"values", "off", "left", "right"}) < 0)
+        return NULL;
+    Py_buffer vb = views[0], ob = views[1], lb = views[2], rb = views[3];
+    PyObject *result = NULL;
+    const uint32_t *values = vb.buf;
+    const int64_t *off = ob.buf, *left = lb.buf, *right = rb.buf;
+    Py_ssize_t sets = ob.len / 8 - 1, pairs = lb.len / 8;
+    int bad = sets < 0 || rb.len / 8 != pairs || (sets > 0 && off[sets] > vb.len / 4);
+    for (Py_ssize_t k = 0; !bad && k < pairs; k++)
+        bad = left[k] < 0 || left[k] >= sets || right[k] < 0 || right[k] >= sets;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "off, values and the pairs do not agree");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, pairs * 8);
+    if (!result) goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < pairs; k++) {
+        const uint32_t *a = values + off[left[k]], *a_end = values + off[left[k] + 1];
+        const uint32_t *b = values + off[right[k]], *b_end = values + off[right[k] + 1];
+        int64_t n = 0;
+        while (a < a_end && b < b_end) {
+            if (*a < *b) a++;
+            else if (*b < *a) b++;
+            else n++, a++, b++;
+        }
+        out[k] = n;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    release_all(4, views);
+    return result;
+}
+
 static PyObject *find(PyObject *self, PyObject *args) {
     PyObject *text, *table_obj;
     Py_ssize_t start;
@@ -323,6 +363,7 @@ static PyMethodDef methods[] = {
     {"units", units, METH_VARARGS, "(unit hashes, unit counts) of normalized texts, as uint64/int64 bytes"},
     {"shingles", shingles, METH_VARARGS, "shingle hashes (uint64 bytes) of CSR unit hashes"},
     {"minhash", minhash, METH_VARARGS, "MinHash signatures (uint32 bytes) of CSR uint32 sets"},
+    {"intersections", intersections, METH_VARARGS, "|A & B| (int64 bytes) of pairs of sorted CSR uint32 sets"},
     {NULL, NULL, 0, NULL},
 };
 

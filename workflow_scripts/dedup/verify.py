@@ -1,36 +1,31 @@
-"""Exact Jaccard similarity of many pairs of sorted, duplicate-free sets at once."""
+"""Exact Jaccard similarity of many pairs of sets at once."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from workflow_scripts.dedup import _shingle
+
 U64 = np.uint64
-CHUNK_ELEMENTS = 1 << 22
 
 
 def jaccard_pairs(values: np.ndarray, off: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """Jaccard of the sets ``left[k]`` and ``right[k]`` (indices into the uint32 CSR ``values``/``off``).
 
-    Sets may list an element more than once. The elements of both sets of a pair are keyed (pair, element,
-    side) and sorted together; repeats are dropped, then equal (pair, element) neighbours form the
-    intersection. Two empty sets have similarity 0.
+    Sets may list an element more than once. Every set is sorted and its repeats dropped once (one sort of
+    (set, element) keys, however many pairs a set is in); each pair's intersection is then a merge of two
+    sorted sets (compiled: ``_shingle.intersections``). Two empty sets have similarity 0.
     """
     lengths = np.diff(off)
-    done = np.concatenate([[0], np.cumsum(lengths[left] + lengths[right])])
-    inter = np.zeros(left.size, dtype=np.int64)
-    union = np.zeros(left.size, dtype=np.int64)
-    k = 0
-    while k < left.size:
-        end = max(k + 1, int(np.searchsorted(done, done[k] + CHUNK_ELEMENTS, side="right")) - 1)
-        docs = np.stack([left[k:end], right[k:end]], axis=1).ravel()  # left, right of pair k, then of k+1...
-        owner = np.repeat(np.arange(docs.size), lengths[docs])
-        first = np.concatenate([[0], np.cumsum(lengths[docs])[:-1]])
-        elements = values[off[docs][owner] + np.arange(owner.size) - first[owner]].astype(U64)
-        keys = np.sort(((owner // 2).astype(U64) << U64(33)) | (elements << U64(1)) | (owner % 2).astype(U64))
+    keys = np.repeat(np.arange(lengths.size, dtype=U64), lengths) << U64(32)
+    keys |= np.asarray(values, dtype=np.uint32).astype(U64)
+    keys.sort()
+    if keys.size:
         keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]
-        pair = (keys >> U64(33)).astype(np.int64)
-        both = (keys[1:] >> U64(1)) == (keys[:-1] >> U64(1))
-        inter[k:end] = np.bincount(pair[1:][both], minlength=end - k)
-        union[k:end] = np.bincount(pair, minlength=end - k) - inter[k:end]
-        k = end
+    sizes = np.bincount((keys >> U64(32)).astype(np.int64), minlength=lengths.size)
+    sets_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    sets = keys.astype(np.uint32)  # the low 32 bits: the elements
+    left, right = np.ascontiguousarray(left, dtype=np.int64), np.ascontiguousarray(right, dtype=np.int64)
+    inter = np.frombuffer(_shingle.intersections(sets, sets_off, left, right), dtype=np.int64)
+    union = sizes[left] + sizes[right] - inter
     return np.divide(inter, union, out=np.zeros(left.size), where=union > 0)
