@@ -72,9 +72,10 @@ except UserError as error:
 
 
 def runtime_by_size(mb_per_minute):
-    """A per-shard job's time limit in minutes, from its input's size at a conservative one-core rate. A
-    Slurm profile that groups these jobs asks for the sum of its members' (they run one after another)."""
-    return lambda wildcards, input: 1 + math.ceil(input.size_mb / mb_per_minute)
+    """A per-shard job's time limit in minutes, from its shard's size (its first input; to be determined while
+    the shard is not made) at a conservative one-core rate. A Slurm profile that groups these jobs asks for
+    the sum of its members' (they run one after another)."""
+    return lambda wildcards, input: 1 + math.ceil(Path(input[0]).stat().st_size / 2**20 / mb_per_minute)
 
 
 def threads_by_size(threads, mb_per_thread):
