@@ -120,6 +120,7 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
     from workflow_scripts.dedup import exact as dedup_exact
     from workflow_scripts.dedup import filter as dedup_filter
     from workflow_scripts.dedup import local as dedup
+    from workflow_scripts.dedup import params as dedup_params
     from workflow_scripts.dedup import report as dedup_report
     from workflow_scripts.dedup import signatures as dedup_signatures
 
@@ -138,8 +139,12 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
 
     out, work = tmp_path / "steps", tmp_path / "work"
     sigs = [str(work / f"{p.stem}.sig") for p in shards]
+    params = str(work / "params.json")  # as the workflow does: resolved once, read by every signature job
+    dedup_params.main(["--output", params, *settings])
     for shard, sig in zip(shards, sigs, strict=True):
-        dedup_signatures.main(["--input", str(shard), "--output", sig, *settings])
+        dedup_signatures.main(["--input", str(shard), "--output", sig, "--params", params])
+    dedup_signatures.main(["--input", str(shards[1]), "--output", str(work / "direct.sig"), *settings])
+    assert (work / "direct.sig").read_bytes() == Path(sigs[1]).read_bytes()  # resolved by the job itself
     pairs = [str(work / f"exact{k}.pairs") for k in range(2)] + [
         str(work / f"b{g}{k}.pairs") for g in range(3) for k in range(2)
     ]
