@@ -33,7 +33,6 @@ RESULTS = BENCH / "results"
 MB = 1_000_000
 T = TypeVar("T")
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]
 
 
 def cli(command: str, *args: str | os.PathLike[str] | float) -> list[str]:
@@ -42,15 +41,14 @@ def cli(command: str, *args: str | os.PathLike[str] | float) -> list[str]:
 
 
 def copy_workflow(root: Path) -> None:
-    """A fresh copy of the workflow (its files, no results) in ``root``, for runs that must not touch ours."""
+    """A fresh copy of the workflow (its files, no results) in ``root``, made as the tests make theirs
+    (``tests.utils.Workflow``: one list of the workflow's files for both)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.utils import Workflow
+
     shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for name in WORKFLOW_FILES:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
+    Workflow(root)
 
 
 # ---------------------------------------------------------------- timing
