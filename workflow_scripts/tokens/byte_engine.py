@@ -16,22 +16,18 @@ dozen in a 50k vocabulary) is scanned, character by character (``has_unassigned`
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import random
 import unicodedata
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from workflow_scripts.core.fsio import atomic_path
+from workflow_scripts.core import cache
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "snakepack"
 UNSAFE = {  # tokenizer.json settings gigatoken encodes differently without an error (read from the file)
     '"type":"Digits"': "a Digits pre-tokenizer",
     '"behavior":"Removed"': "a Split that removes its matches",
@@ -67,15 +63,11 @@ ODD = [
 def unassigned() -> np.ndarray:
     """Whether each code point is unassigned (``Cn``) in this Python's Unicode database (cached on disk per
     Unicode version: computing it takes most of a second)."""
-    cache = CACHE / f"unassigned-{unicodedata.unidata_version}.npy"
-    if cache.is_file():
-        return np.unpackbits(np.load(cache))[:0x110000].astype(bool)
-    table = np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
-    with contextlib.suppress(OSError):  # a read-only home only costs the time
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(str(cache)) as tmp, open(tmp, "wb") as f:
-            np.save(f, np.packbits(table))
-    return table
+    return cache.flags(f"unassigned-{unicodedata.unidata_version}.bits", 0x110000, _unassigned)
+
+
+def _unassigned() -> np.ndarray:
+    return np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
 
 
 @functools.cache
