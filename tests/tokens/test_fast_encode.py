@@ -296,7 +296,7 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     model_path: Path, tmp_path: Path, sft: bool
 ) -> None:
     rng = random.Random(9)
-    docs = texts(4)
+    docs = texts(4) + ["control pieces spelled: <s> and </s>", "<|endoftext|>", "<tab>@@ user-defined"] * 3
     if sft:
         docs = [f"<<<|user|>>>{a}\n<<<|assistant|>>>{b}" for a, b in zip(docs[::2], docs[1::2], strict=False)]
     records = [{"id": i, "text": t} for i, t in enumerate(docs) if t.strip()]
@@ -311,7 +311,10 @@ def test_cli_output_identical_with_and_without_the_fast_path(
         sft_markers=["<<<|user|>>>=<|user|>", "<<<|assistant|>>>=<|assistant|>"],
     )
     outputs = []
-    for name, fast, workers in (("plain", False, 1), ("fast1", True, 1), ("fast2", True, 2)):
+    variants = [("plain", False, 1, "auto"), ("memo1", True, 1, "memo"), ("memo2", True, 2, "memo")]
+    variants += [("gigatoken1", True, 1, "auto"), ("gigatoken2", True, 2, "auto")]
+    fast_stats = {}
+    for name, fast, workers, engine in variants:
         stats = tok.tokenize_file(
             str(src),
             str(tmp_path / name),
@@ -320,26 +323,29 @@ def test_cli_output_identical_with_and_without_the_fast_path(
             workers=workers,
             batch_bytes=4000,
             fast_encode=fast,
+            engine=engine,
         )
         prefix = tok.document_prefix(str(tmp_path / name))
         outputs.append([Path(prefix + ext).read_bytes() for ext in (".bin", ".idx")])
         assert stats["fast_encode"]["enabled"] == fast
-    assert outputs[0] == outputs[1] == outputs[2]
-    fast_stats = stats["fast_encode"]
-    assert 0 < fast_stats["hit_rate"] < 1 and fast_stats["memo_entries"] > 0
+        fast_stats[name] = stats["fast_encode"]
+    assert all(output == outputs[0] for output in outputs)
+    memo, engine = fast_stats["memo2"], fast_stats["gigatoken2"]
+    assert memo["engine"] == "unit memo" and 0 < memo["hit_rate"] < 1 and memo["memo_entries"] > 0
+    assert engine["engine"].startswith("gigatoken ") and engine["routed_to_sentencepiece"] > 0
     ds = IndexedDataset(tok.document_prefix(str(tmp_path / "plain")))
     assert ds.num_documents == stats["docs_out"] > 0
 
 
 def test_sample_ids_equal_sentencepiece(sample_run: Workflow) -> None:
-    """Every document the embedded sample's run tokenized, through the fast path, is ``sp.encode`` + EOD."""
+    """Every document the embedded sample's run tokenized, through the fast path (gigatoken for the
+    workflow's own model), is ``sp.encode`` + EOD."""
     root = sample_run.root
-    checked = units = encoded = 0
+    checked = 0
     for stats_path in sorted((root / "results" / "tokenized").glob("*_text_document.stats.json")):
         stats = orjson.loads(stats_path.read_bytes())
         fast = stats["fast_encode"]
-        assert fast["enabled"], stats_path
-        units, encoded = units + fast["units"], encoded + fast["units_encoded"]
+        assert fast["enabled"] and fast["engine"].startswith("gigatoken "), stats_path
         sp = spm.SentencePieceProcessor(model_file=str(root / stats["tokenizer_model"]))
         quarantine = Path(stats["output_prefix"] + ".quarantine.jsonl")
         rejected = {orjson.loads(r)["line"] for r in (root / quarantine).read_bytes().splitlines()}
@@ -351,4 +357,4 @@ def test_sample_ids_equal_sentencepiece(sample_run: Workflow) -> None:
         for i, ids in enumerate(sp.encode(texts)):
             assert ds.document(i).tolist() == [*ids, stats["eod_id"]], (stats_path, i)
         checked += len(texts)
-    assert checked > 1000 and encoded < units / 2  # the memo served most units
+    assert checked > 1000

@@ -77,6 +77,7 @@ from workflow_scripts.tokens.sft import MarkerSplitter
 if TYPE_CHECKING:
     from workflow_scripts.tokens.byte_engine import Engine
     from workflow_scripts.tokens.kinds import AnyTokenizer
+    from workflow_scripts.tokens.sp_engine import SpEngine
 
 DEFAULTS = TokenizeSettings()
 
@@ -95,11 +96,13 @@ def tokenize_file(
     workers: int = 1,
     batch_bytes: int = 4 << 20,
     fast_encode: bool = DEFAULTS.fast_encode,
+    engine: str = DEFAULTS.engine,
     memo_entries: int = DEFAULTS.memo_entries,
     memo_unit_chars: int = DEFAULTS.memo_unit_chars,
 ) -> dict[str, Any]:
     """Tokenize one shard into ``{output_prefix}_{key}_document``; return (and write) its stats. With
-    ``fast_encode`` (and a model it is exact for) texts go through a unit memo (``fast_encode.py``)."""
+    ``fast_encode`` (and a model it is exact for) texts go through gigatoken (``engine`` ``auto``) or a unit
+    memo (``fast_encode.py``)."""
     prefix = document_prefix(output_prefix, settings.json_key)
     splitter = MarkerSplitter(settings.markers) if settings.sft else None
     dtype = best_dtype(tokenizer.vocab_size)
@@ -109,7 +112,7 @@ def tokenize_file(
     plain = not input_path.endswith((".gz", ".zst"))
     with (
         Progress(f"tokenize {input_path}", os.path.getsize(input_path) if plain else None) as progress,
-        tokenizer.fast_encoding(fast_encode, workers, memo_entries, memo_unit_chars) as fast,
+        tokenizer.fast_encoding(fast_encode, workers, memo_entries, memo_unit_chars, engine) as fast,
         IndexedDatasetBuilder(prefix, dtype) as builder,
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
@@ -205,20 +208,25 @@ def encoded(
             yield batch, long, flat, lengths
 
 
-def fast_summary(tokenizer: AnyTokenizer, fast: FastEncoder | Engine | None, enabled: bool) -> dict[str, Any]:
-    """The fast path's stats (and one log line): whether it ran, and its memo's figures or engine."""
+def fast_summary(
+    tokenizer: AnyTokenizer, fast: SpEngine | FastEncoder | Engine | None, enabled: bool
+) -> dict[str, Any]:
+    """The fast path's stats (and one log line): whether it ran, and its engine or its memo's figures."""
     if tokenizer.kind != "sentencepiece":
         return tokenizer.engine_stats(fast)
     if fast is None:
         return {"enabled": False, "why": tokenizer.fast_plan[1] if enabled else "turned off"}
     stats = fast.stats()
-    print(
-        f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
-        f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries",
-        file=sys.stderr,
-        flush=True,
-    )
-    return {"enabled": True, "plan": tokenizer.fast_plan[1], **stats}
+    if isinstance(fast, FastEncoder):
+        print(
+            f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
+            f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries",
+            file=sys.stderr,
+            flush=True,
+        )
+        return {"enabled": True, "engine": "unit memo", "plan": tokenizer.fast_plan[1], **stats}
+    print(f"fast encoding: {fast.name}, {fast.routed:,} documents to SentencePiece", file=sys.stderr)
+    return {"enabled": True, "engine": fast.name, "why": tokenizer.engine_start[1], **stats}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers=opts.threads,
         batch_bytes=int(opts.batch_mb * (1 << 20)),
         fast_encode=opts.fast_encode,
+        engine=opts.engine,
         memo_entries=opts.memo_entries,
         memo_unit_chars=opts.memo_unit_chars,
     )

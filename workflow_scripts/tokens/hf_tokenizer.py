@@ -78,10 +78,11 @@ class HFTokenizer:
 
     @contextlib.contextmanager
     def fast_encoding(
-        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
+        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int, engine: str = "auto"
     ) -> Iterator[Engine | None]:
         """Encode with gigatoken inside the block where it is exact (``byte_engine``; said once in the log),
-        else with the ``tokenizers`` library; yield the engine."""
+        else with the ``tokenizers`` library; yield the engine. (``engine`` chooses SentencePiece's encoder:
+        a byte-level tokenizer has one.)"""
         self.engine, self.engine_note = None, "turned off"
         if enabled:
             specials = [t.content for t in self.backend.get_added_tokens_decoder().values()]

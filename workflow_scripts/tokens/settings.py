@@ -36,5 +36,6 @@ class TokenizeSettings:
     threads: int = setting("tokenize", "threads", flags=("--workers",))
     batch_mb: float = setting("tokenize", "batch_mb")
     fast_encode: bool = setting("tokenize", "fast_encode")
+    engine: str = setting("tokenize", "engine")
     memo_entries: int = setting("tokenize", "memo_entries")
     memo_unit_chars: int = setting("tokenize", "memo_unit_chars")

@@ -10,7 +10,8 @@ rule), else the model's EOS (Megatron-LM's ``GPTSentencePieceTokenizer`` rule), 
 overrides the rule.
 
 Encoding: SentencePiece's batched ``encode(..., num_threads=threads)`` (which releases the GIL), or, inside
-``fast_encoding``, ``fast_encode.FastEncoder`` (a memo of word-like units; the same ids). SentencePiece
+``fast_encoding``, gigatoken (``sp_engine.SpEngine``) where it gives SentencePiece's ids on a probe of the
+model, else ``fast_encode.FastEncoder`` (a memo of word-like units; the same ids). SentencePiece
 needs about 50 bytes a character, so a document over ``LONG_CHARS`` (4 Mi characters) is encoded piece by
 piece, cut where SentencePiece starts a unit anyway (a space after a non-space), which gives the same ids as
 the whole; a cut that has to fall elsewhere is counted (``unsafe_cuts``).
@@ -32,6 +33,7 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import best_dtype
 from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
+from workflow_scripts.tokens.sp_engine import SpEngine
 
 
 class TokenizerError(UserError, ValueError):
@@ -53,7 +55,7 @@ class Tokenizer:
         self.vocab_size = self.sp.vocab_size()
         self.numpy_output = _has_numpy_output(self.sp)
         self.unsafe_cuts = 0  # cuts of long documents that may have changed ids (see ``pieces``)
-        self.fast: FastEncoder | None = None  # set by ``fast_encoding``
+        self.fast: SpEngine | FastEncoder | None = None  # set by ``fast_encoding``
 
     @functools.cached_property
     def fast_plan(self) -> tuple[Plan | None, str]:
@@ -68,13 +70,32 @@ class Tokenizer:
             )
         return result, note
 
+    @functools.cached_property
+    def engine_start(self) -> tuple[SpEngine | None, str]:
+        """gigatoken for this model where it gives SentencePiece's ids, or None and why not."""
+        with open(self.path, "rb") as f:
+            return SpEngine.start(f.read(), self.sp)
+
     @contextlib.contextmanager
     def fast_encoding(
-        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int
-    ) -> Iterator[FastEncoder | None]:
-        """Within the block ``encode_flat`` goes through a fresh unit memo (SentencePiece with ``workers``
-        threads for the units it lacks) when ``enabled`` and exact for the model; yields that encoder (None:
-        SentencePiece alone)."""
+        self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int, engine: str = "auto"
+    ) -> Iterator[SpEngine | FastEncoder | None]:
+        """Within the block ``encode_flat`` goes through gigatoken (``engine`` ``auto``, where it is exact;
+        said once in the log) or else a fresh unit memo (SentencePiece with ``workers`` threads for the
+        units it lacks), when ``enabled`` and exact for the model; yields that encoder (None: SentencePiece
+        alone)."""
+        if enabled and engine == "auto":
+            sp_engine, note = self.engine_start
+            print(f"encoder: {note}" + ("" if sp_engine else "; the unit memo instead"), file=sys.stderr)
+            if sp_engine is not None:
+                sp_engine.threads = workers
+                self.fast = sp_engine
+                try:
+                    yield sp_engine
+                finally:
+                    sp_engine.close()
+                    self.fast = None
+                return
         fast_plan = self.fast_plan[0] if enabled else None
         if fast_plan is None:
             yield None

@@ -1,0 +1,128 @@
+"""gigatoken as the encoder of a SentencePiece BPE model, used only where it gives SentencePiece's ids.
+
+gigatoken reads a ``.model`` by converting it to a ``tokenizer.json`` (its own converter, the work of
+``Tokenizer.from_sentencepiece``). It splits the text at the model's added pieces first: it reads a control
+piece spelled in text (``<s>``, ``</s>``, ``<|endoftext|>``) as that token, where SentencePiece keeps it
+text, and cuts the spaces around a user-defined piece otherwise. A document that spells an added piece is
+encoded by SentencePiece and counted (``routed``). ``SpEngine.start`` takes only BPE models with byte
+fallback (what gigatoken reads) and without a character map (NFKC: gigatoken's reading of it differs on
+combining marks after spaces), and checks the model first on a probe (fast_encode's texts, added pieces
+written in text, odd whitespace, many scripts and seeded random code points); any difference keeps the
+unit memo. Converting and probing take about 0.3 s, so a model that
+passed keeps its converted form in the cache, per gigatoken and SentencePiece version, and later jobs load
+that. Documents are encoded one call each (``encode`` releases the GIL), on ``threads``
+threads: no Python object per token.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+import sentencepiece as spm
+
+from workflow_scripts.core import cache
+from workflow_scripts.tokens.byte_engine import probe
+from workflow_scripts.tokens.fast_encode import PROBES
+from workflow_scripts.tokens.model_proto import read_options
+
+
+def convert(model: bytes) -> str:
+    """gigatoken's ``tokenizer.json`` for ``model``: what ``Tokenizer.from_sentencepiece`` loads."""
+    from gigatoken._load.sentencepiece import sentencepiece_to_tokenizer_json
+
+    return sentencepiece_to_tokenizer_json(model)
+
+
+def added_tokens(data: str) -> list[str]:
+    """The added pieces (control and user-defined) of a converted model: gigatoken splits the text at them
+    before anything else."""
+    start = data.index("[", data.index('"added_tokens":'))
+    added, _ = json.JSONDecoder().raw_decode(data, start)  # the list alone, not the 1 MB vocab and merges
+    return [t["content"] for t in added]
+
+
+class SpEngine:
+    """gigatoken over a SentencePiece BPE model; ``start`` says whether it is exact and why not."""
+
+    def __init__(self, impl: Any, version: str, sp: spm.SentencePieceProcessor, added: list[str]) -> None:
+        self.impl = impl
+        self.name = f"gigatoken {version}"
+        self.sp = sp
+        self.protect = re.compile("|".join(map(re.escape, added))) if added else None
+        self.routed = 0  # documents encoded by SentencePiece instead (they spell an added piece)
+        self.threads = 1
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @classmethod
+    def start(cls, model: bytes, sp: spm.SentencePieceProcessor) -> tuple[SpEngine | None, str]:
+        """The engine for ``model`` when it gives SentencePiece's ids on the probe, else None and why. A model
+        that passed keeps its converted form on disk (per gigatoken and SentencePiece version): a later start
+        loads that instead of converting and probing again."""
+        try:
+            import gigatoken
+        except ImportError:
+            return None, "gigatoken is not installed"
+        version = metadata.version("gigatoken")
+        versions = f"gigatoken-{version}-sentencepiece-{metadata.version('sentencepiece')}"
+        passed = f"{versions}-{hashlib.sha256(model).hexdigest()[:32]}.json"
+        cached = cache.read(passed)
+        try:
+            data = cached.decode() if cached else convert(model)
+            impl = gigatoken.Tokenizer.from_json(data).backend
+        except Exception as exc:  # gigatoken raises plain exceptions for what it does not support
+            return None, f"gigatoken cannot read this model: {exc}"
+        if read_options(model).charsmap:
+            return None, "a normalizer (character map): gigatoken's reading of it differs on combining marks"
+        added = added_tokens(data)
+        engine = cls(impl, version, sp, added)
+        note = f"{engine.name}: SentencePiece's ids on the probe texts"
+        if cached:
+            return engine, note
+        texts = [*PROBES, *probe([*added, sp.id_to_piece(sp.unk_id()), "<0x41>"])]
+        flat, lengths = engine.encode_flat(texts)
+        engine.routed = 0
+        got = np.split(flat, np.cumsum(lengths)[:-1])
+        wrong = [t for t, a, b in zip(texts, got, sp.encode(texts), strict=True) if a.tolist() != b]
+        if wrong:
+            return None, f"gigatoken differs from SentencePiece on {len(wrong)} probe texts, as {wrong[0]!r}"
+        cache.write(passed, data.encode())
+        return engine, note
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All ids of ``texts`` concatenated (int32) and the per-text lengths (int64)."""
+        routed = [i for i, t in enumerate(texts) if self.protect.search(t)] if self.protect else []
+        if routed:
+            texts = list(texts)
+            plain = self.sp.encode([texts[i] for i in routed], num_threads=self.threads)
+            for i in routed:
+                texts[i] = ""
+        if self.threads > 1 and self.pool is None:
+            self.pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="gigatoken")
+        if self.pool is not None:
+            chunk = max(1, len(texts) // (8 * self.threads))
+            docs = list(self.pool.map(self.impl.encode, texts, chunksize=chunk))
+        else:
+            docs = list(map(self.impl.encode, texts))
+        for i, ids in zip(routed, plain if routed else [], strict=True):
+            docs[i] = np.asarray(ids, np.uint32)
+        self.routed += len(routed)
+        lengths = np.fromiter(map(len, docs), np.int64, len(docs))
+        flat = np.concatenate(docs).astype(np.int32) if docs else np.empty(0, np.int32)
+        return flat, lengths
+
+    def stats(self) -> dict[str, Any]:
+        """The documents left to SentencePiece."""
+        return {"routed_to_sentencepiece": self.routed}
+
+    def close(self) -> None:
+        """Stop the threads."""
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
