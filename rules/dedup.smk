@@ -134,6 +134,9 @@ rule dedup_filter:
         f"{LOGS}/dedup/filter/{SHARD}.log",
     params:
         assign=assignment,
+    # Before tokenize jobs: each takes a fraction of a second and frees a shard's tokenize job, so the
+    # largest tokenize jobs are not left to start last.
+    priority: 1
     group:
         shard_batch("dedup_filter")
     resources:
