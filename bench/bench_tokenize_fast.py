@@ -1,4 +1,5 @@
-"""Benchmark the tokenize CLI's fast path on a real multilingual corpus against SentencePiece's own encode.
+"""Benchmark the tokenize CLI's fast path on a real multilingual corpus against SentencePiece's own encode
+and gigatoken's.
 
     .venv/bin/python bench/bench_tokenize_fast.py [--workers 2] [--repeats 3] [--no-megatron] [--no-plain]
 
@@ -11,14 +12,18 @@ Steps (work dir bench/_work/tokenize_fast, git-ignored; corpus and model are reu
    fallback) on 200,000 sampled lines.
 3. Interleaved rounds (best of ``--repeats``): (a) SentencePiece's batched ``encode`` of the texts already
    in memory, in the CLI's 4 MB batches, with ``--workers`` threads (int lists and numpy output), and
-   (c) the tokenize CLI end to end (read jsonl, write .bin/.idx) with ``--workers``, fast path on; the CLI
-   with the fast path off once (``--no-plain`` skips it). Ratio = encode-only time / CLI time; the CPU
-   ratio (CPU seconds, all threads) is what a busy shared machine shows best.
-4. Identity: every document of the CLI's output equals ``sp.encode(text) + [EOD]``.
+   gigatoken's (``from_sentencepiece``, ``encode_batch`` on its thread pool of ``--workers``), and (c) the
+   tokenize CLI end to end (read jsonl, write .bin/.idx) with ``--workers``, fast path on: its default
+   engine (gigatoken where exact) and the unit memo (``--engine memo``); the CLI with the fast path off once
+   (``--no-plain`` skips it). Ratio = encode-only time / CLI time; the CPU ratio (CPU seconds, all threads)
+   is what a busy shared machine shows best.
+4. Identity: every document of the CLI's output equals ``sp.encode(text) + [EOD]`` (gigatoken's own
+   in-memory ids do not: it reads ``<s>`` and ``</s>`` in text as control tokens; the count is printed), and
+   the two engines' files are identical.
 5. (b) Megatron-LM ``tools/preprocess_data.py`` with the same model and workers (``SNAKEPACK_MEGATRON_GIT``,
    see bench_tokenize.py), its bytes compared with ours.
 6. Memory: the CLI's peak RSS (process tree) on a tenth of the corpus and on all of it.
-7. Profile: cProfile of the fast encoder (one SentencePiece thread) over the first 40 MB (where the time
+7. Profile: cProfile of the unit memo (one SentencePiece thread) over the first 40 MB (where the time
    goes: the compiled memo's ``scan``/``emit``, SentencePiece on the missing units).
 
 Results are printed and written to bench/results/tokenize_fast.json.
@@ -134,6 +139,29 @@ def tokenize_cli(shard: Path, model: Path, prefix: Path, workers: int, *extra: s
     return bench_tokenize.tokenize_cli(shard, model, prefix, workers, *extra, eod=EOD)
 
 
+def gigatoken_encode(model: Path, batches: list[list[str]], workers: int) -> Measured:
+    """gigatoken's batched encode (``from_sentencepiece``) of texts already in memory, on its thread pool."""
+    os.environ.setdefault("RAYON_NUM_THREADS", str(workers))  # read when the pool starts
+    import gigatoken
+
+    tokenizer = gigatoken.Tokenizer.from_sentencepiece(model)
+    start, cpu = time.perf_counter(), time.process_time()
+    for batch in batches:
+        tokenizer.encode_batch(batch, parallel=workers > 1)
+    return Measured(time.perf_counter() - start, time.process_time() - cpu)
+
+
+def gigatoken_differences(model: Path, batches: list[list[str]]) -> int:
+    """Documents whose gigatoken ids (in memory) are not ``sp.encode``'s."""
+    import gigatoken
+    import sentencepiece as spm
+
+    tokenizer = gigatoken.Tokenizer.from_sentencepiece(model)
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    pairs = (zip(tokenizer.encode_batch_list(b), sp.encode(b), strict=True) for b in batches)
+    return sum(a != b for batch in pairs for a, b in batch)
+
+
 def check_identity(prefix: Path, model: Path, batches: list[list[str]], workers: int) -> dict[str, Any]:
     """Compare every document of ``prefix`` with ``sp.encode(text) + [EOD]``."""
     import sentencepiece as spm
@@ -207,7 +235,9 @@ def main() -> int:
     steps = {
         "encode_int": lambda: bench_tokenize.encode_only(model, batches, args.workers, int),
         "encode_numpy": lambda: bench_tokenize.encode_only(model, batches, args.workers, "numpy"),
+        "gigatoken": lambda: gigatoken_encode(model, batches, args.workers),
         "cli_fast": lambda: tokenize_cli(corpus, model, out / "fast", args.workers),
+        "cli_memo": lambda: tokenize_cli(corpus, model, out / "memo", args.workers, "--engine", "memo"),
     }
     runs: dict[str, list[Measured]] = {name: [] for name in steps}
     for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
@@ -224,24 +254,32 @@ def main() -> int:
             "best_mb_s": round(mb / best[k], 2),
             "cpu_s": round(min(m.cpu for m in v), 2),
         }
-    for base in ("encode_int", "encode_numpy"):
-        harness.compare("tokenize CLI fast (best)", mb / best["cli_fast"], f"SP {base}", mb / best[base])
-        res[f"ratio_fast_vs_{base}"] = round(best[base] / best["cli_fast"], 3)
-        res[f"cpu_ratio_fast_vs_{base}"] = round(res[base]["cpu_s"] / res["cli_fast"]["cpu_s"], 3)
+    for base in ("encode_int", "encode_numpy", "gigatoken"):
+        for cli in ("cli_fast", "cli_memo"):
+            harness.compare(f"tokenize CLI {cli[4:]} (best)", mb / best[cli], base, mb / best[base])
+            res[f"ratio_{cli[4:]}_vs_{base}"] = round(best[base] / best[cli], 3)
+            res[f"cpu_ratio_{cli[4:]}_vs_{base}"] = round(res[base]["cpu_s"] / res[cli]["cpu_s"], 3)
         if "cli_plain" in best:
             res[f"ratio_plain_vs_{base}"] = round(best[base] / best["cli_plain"], 3)
-    stats = orjson.loads((out / "fast_text_document.stats.json").read_bytes())
-    res["fast_encode"] = stats["fast_encode"]
-    fast = stats["fast_encode"]
-    log(f"memo hit rate {fast['hit_rate']:.1%}, {fast['memo_entries']:,} entries")
+    for name in ("fast", "memo"):
+        res[f"fast_encode_{name}"] = orjson.loads((out / f"{name}_text_document.stats.json").read_bytes())[
+            "fast_encode"
+        ]
+    fast, memo = res["fast_encode_fast"], res["fast_encode_memo"]
+    log(f"engine {fast['engine']}: {fast.get('routed_to_sentencepiece', 0):,} documents to SentencePiece")
+    log(f"unit memo: hit rate {memo['hit_rate']:.1%}, {memo['memo_entries']:,} entries")
     res["identity"] = check_identity(out / "fast", model, batches, args.workers)
     log(f"identity: {res['identity']}")
+    res["gigatoken_in_memory_differences"] = gigatoken_differences(model, batches)
+    log(f"gigatoken alone differs from sp.encode on {res['gigatoken_in_memory_differences']} documents")
+
+    def identical(a: str, b: str) -> bool:
+        paths = [[f"{out / n}_text_document{ext}" for n in (a, b)] for ext in (".bin", ".idx")]
+        return all(Path(x).read_bytes() == Path(y).read_bytes() for x, y in paths)
+
+    res["identical_to_memo"] = identical("fast", "memo")
     if "cli_plain" in runs:
-        res["identical_to_plain"] = all(
-            Path(f"{out / 'fast'}_text_document{ext}").read_bytes()
-            == Path(f"{out / 'plain'}_text_document{ext}").read_bytes()
-            for ext in (".bin", ".idx")
-        )
+        res["identical_to_plain"] = identical("fast", "plain")
     res["peak_rss_mb"] = {
         "tenth": int(tokenize_cli(small_corpus(corpus), model, out / "tenth", args.workers).rss_mib),
         "all": int(max(m.rss_mib for m in runs["cli_fast"])),

@@ -71,7 +71,6 @@ def test_engine_ids_equal_sentencepiece_or_it_stands_aside(name: str) -> None:
     for threads in (1, 2):
         engine.threads = threads
         assert split(*engine.encode_flat(batch)) == sp.encode(batch), threads
-    engine.close()
     assert engine.routed > 0
 
 

@@ -33,11 +33,12 @@ Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of te
 the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
 a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's UTF-8 bytes) and the main thread writes
 the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch goes through
-``fast_encode.FastEncoder`` instead: one compiled memo of word-like units, each distinct unit encoded once (by
-SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
-gives the memo's hit rate and size, or why the model needs SentencePiece for every text). Memory is bounded by
-six batches (two read and two encoded ahead) plus the index arrays (12 bytes per document), whatever the shard
-size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a
+gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else
+through ``fast_encode.FastEncoder``: one compiled memo of word-like units, each distinct unit encoded once
+(by SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
+gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text).
+Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
+document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a
 document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space
 after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is
 cut where it must and counted in the stats (``long_document_unsafe_cuts``).

@@ -8,17 +8,19 @@ encoded by SentencePiece and counted (``routed``). ``SpEngine.start`` takes only
 fallback (what gigatoken reads) and without a character map (NFKC: gigatoken's reading of it differs on
 combining marks after spaces), and checks the model first on a probe (fast_encode's texts, added pieces
 written in text, odd whitespace, many scripts and seeded random code points); any difference keeps the
-unit memo. Converting and probing take about 0.3 s, so a model that
-passed keeps its converted form in the cache, per gigatoken and SentencePiece version, and later jobs load
-that. Documents are encoded one call each (``encode`` releases the GIL), on ``threads``
-threads: no Python object per token.
+unit memo. Converting and probing take about 0.3 s, so a model that passed keeps its converted form in
+the cache, per gigatoken and SentencePiece version, and later jobs load that.
+
+With one thread each document is one call to gigatoken (its pretoken cache lives as long as the process);
+with more, each batch is one call on gigatoken's own thread pool (threads of ours calling it per document
+contend for that cache and run slower than one). Either way no Python object is made per token.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from importlib import metadata
@@ -58,7 +60,6 @@ class SpEngine:
         self.protect = re.compile("|".join(map(re.escape, added))) if added else None
         self.routed = 0  # documents encoded by SentencePiece instead (they spell an added piece)
         self.threads = 1
-        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @classmethod
     def start(cls, model: bytes, sp: spm.SentencePieceProcessor) -> tuple[SpEngine | None, str]:
@@ -103,26 +104,29 @@ class SpEngine:
             plain = self.sp.encode([texts[i] for i in routed], num_threads=self.threads)
             for i in routed:
                 texts[i] = ""
-        if self.threads > 1 and self.pool is None:
-            self.pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="gigatoken")
-        if self.pool is not None:
-            chunk = max(1, len(texts) // (8 * self.threads))
-            docs = list(self.pool.map(self.impl.encode, texts, chunksize=chunk))
+        if self.threads > 1:
+            ids, lengths = self._parallel(texts)
         else:
             docs = list(map(self.impl.encode, texts))
-        for i, ids in zip(routed, plain if routed else [], strict=True):
-            docs[i] = np.asarray(ids, np.uint32)
+            lengths = np.fromiter(map(len, docs), np.int64, len(docs))
+            ids = np.concatenate(docs) if docs else np.empty(0, np.uint32)
+        if routed:
+            docs = np.split(ids, np.cumsum(lengths)[:-1])
+            for i, doc in zip(routed, plain, strict=True):
+                docs[i] = np.asarray(doc, np.uint32)
+            lengths = np.fromiter(map(len, docs), np.int64, len(docs))
+            ids = np.concatenate(docs)
         self.routed += len(routed)
-        lengths = np.fromiter(map(len, docs), np.int64, len(docs))
-        flat = np.concatenate(docs).astype(np.int32) if docs else np.empty(0, np.int32)
-        return flat, lengths
+        return ids.astype(np.int32), lengths
+
+    def _parallel(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The batch on gigatoken's thread pool (``RAYON_NUM_THREADS``, set before its first use): ids and
+        lengths. Threads of ours calling ``encode`` would contend for its pretoken cache."""
+        os.environ.setdefault("RAYON_NUM_THREADS", str(self.threads))
+        layout = self.impl.encode_batch(list(texts), parallel=True).layout  # an awkward array (imports it)
+        offsets = np.asarray(layout.offsets.data, np.int64)
+        return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
 
     def stats(self) -> dict[str, Any]:
         """The documents left to SentencePiece."""
         return {"routed_to_sentencepiece": self.routed}
-
-    def close(self) -> None:
-        """Stop the threads."""
-        if self.pool is not None:
-            self.pool.shutdown()
-            self.pool = None

@@ -93,7 +93,6 @@ class Tokenizer:
                 try:
                     yield sp_engine
                 finally:
-                    sp_engine.close()
                     self.fast = None
                 return
         fast_plan = self.fast_plan[0] if enabled else None
