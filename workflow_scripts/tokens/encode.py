@@ -38,10 +38,10 @@ through ``fast_encode.FastEncoder``: one compiled memo of word-like units, each 
 (by SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
 gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text).
 Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
-document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a
-document over 4 Mi characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space
-after a non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is
-cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50
+bytes a character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece
+starts a unit anyway (a space after a non-space), which gives the same ids as the whole; a run of 4 Mi
+characters without such a space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
 
 This module is the command and its loop; ``tokenizer`` holds the model (token lookup, the EOD rule, batched
 and long-document encoding), ``reader`` the batches and rejects read ahead in a thread, and ``framing`` the
