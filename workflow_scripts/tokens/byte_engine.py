@@ -181,10 +181,8 @@ class Engine:
         chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
         string = {"__array__": "string"}
         texts = ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters=string)
-        layout = ak.to_layout(self.impl.encode_batch(ak.Array(texts)))
-        offsets = np.asarray(layout.offsets.data, np.int64)
-        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
-        return ids.astype(np.int32), np.diff(offsets)
+        ids, lengths = flat(self.impl.encode_batch(ak.Array(texts)))
+        return ids.astype(np.int32), lengths
 
     def suspected(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The texts (indices) whose ids hold a suspect token: the only ones that may hold an unassigned
@@ -193,6 +191,14 @@ class Engine:
         if not len(at):
             return at
         return np.unique(np.searchsorted(np.cumsum(lengths), at, side="right"))
+
+
+def flat(batch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of gigatoken's ``encode_batch`` result (an awkward array of lists) back to back, and each
+    text's count; no copy of the ids."""
+    layout = batch.layout
+    offsets = np.asarray(layout.offsets.data, np.int64)
+    return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
 
 
 def utf8_batch(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:

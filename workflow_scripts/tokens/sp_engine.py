@@ -30,7 +30,7 @@ import numpy as np
 import sentencepiece as spm
 
 from workflow_scripts.core import cache
-from workflow_scripts.tokens.byte_engine import probe
+from workflow_scripts.tokens.byte_engine import flat, probe
 from workflow_scripts.tokens.fast_encode import PROBES
 from workflow_scripts.tokens.model_proto import read_options
 
@@ -123,9 +123,7 @@ class SpEngine:
         """The batch on gigatoken's thread pool (``RAYON_NUM_THREADS``, set before its first use): ids and
         lengths. Threads of ours calling ``encode`` would contend for its pretoken cache."""
         os.environ.setdefault("RAYON_NUM_THREADS", str(self.threads))
-        layout = self.impl.encode_batch(list(texts), parallel=True).layout  # an awkward array (imports it)
-        offsets = np.asarray(layout.offsets.data, np.int64)
-        return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
+        return flat(self.impl.encode_batch(list(texts), parallel=True))
 
     def stats(self) -> dict[str, Any]:
         """The documents left to SentencePiece."""
