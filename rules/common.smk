@@ -18,6 +18,7 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.runtime import set_progress_interval, show_when_done, use_this_interpreter, write_list
 from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.core.train_layout import TrainLayout
+from workflow_scripts.datapacks import pack_index
 from workflow_scripts.dedup.settings import DedupSettings, pair_files
 from workflow_scripts.report import layout as report_layout
 from workflow_scripts.tokens import kinds
@@ -166,18 +167,23 @@ def _read_json(path, mtime):
         return json.load(f)
 
 
-def read_plan():
-    """The plan checkpoint's JSON, parsed once per version of the file (not once per pack)."""
+def read_pack_index():
+    """The plan's pack index (names; shuffled sources), parsed once per version of the file."""
     path = str(checkpoints.plan.get().output.json)
-    return _read_json(path, os.stat(path).st_mtime_ns)
+    return _read_pack_index(path, os.stat(path).st_mtime_ns)
+
+
+@functools.cache
+def _read_pack_index(plan_json, mtime):
+    return pack_index.read(SPECS, plan_json)
 
 
 def planned_packs():
-    return [p["name"] for p in read_plan()["packs"]]
+    return read_pack_index()["packs"]
 
 
 def validation_packs():
-    return [p["name"] for p in read_plan()["validation"]]
+    return read_pack_index()["validation"]
 
 
 def get_pack_spec(wildcards):
@@ -194,13 +200,12 @@ def get_previous_state(wildcards):
 
 
 def get_pack_sources(wildcards):
-    """The sources (or shuffled copies) a pack reads; ancient(): the spec holds their content identities."""
-    plan = read_plan()
-    pack = next(p for p in [*plan["packs"], *plan["validation"]] if p["name"] == wildcards.pack)
-    if config["datapacks"]["shuffle"]:
-        names = sorted({s["source"] for s in pack["slices"]})
-        return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
-    return [ancient(p) for p in sorted({s["prefix"] + ext for s in pack["slices"] for ext in (".bin", ".idx")})]
+    """The shuffled copies of the sources a pack reads. Unshuffled sources are not inputs: the plan, which
+    the pack waits for, comes after every tokenize job, and the spec holds their content identities."""
+    if not config["datapacks"]["shuffle"]:
+        return []
+    names = read_pack_index()["sources"][wildcards.pack]
+    return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
 
 
 def get_merged_packs(wildcards):

@@ -173,6 +173,28 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     assert state["cursors"] == after["packs"][-1]["state_after"]
 
 
+def test_shuffled_sources_feed_the_packs(sample_run: Workflow, tmp_path: Path) -> None:
+    """With ``datapacks.shuffle``, each pack's sources are shuffled copies (the jobs the pack index names)."""
+    wf = sample_run.clone(tmp_path / "wf")
+    config = yaml.safe_load((wf.root / "config" / "sample.yaml").read_text())
+    shuffled = {"datapacks": {**config["datapacks"], "shuffle": True}}
+    (wf.root / "shuffle.yaml").write_text(yaml.safe_dump(shuffled))
+    args = ("--profile", "profiles/local", "--cores", "2", "--configfile", "config/sample.yaml")
+    args += ("shuffle.yaml",)
+    wf.ok(*args)
+    results, plan = wf.root / "results", load_plan(wf)
+    assert plan["shuffle"]
+    for pack in [*plan["packs"], *plan["validation"]]:
+        merged, i = IndexedDataset(results / "merged" / pack["name"] / pack["name"]), 0
+        for s in pack["slices"]:
+            shuffled = IndexedDataset(results / "datapacks" / "sources" / s["source"])
+            for _, a, b in s["ranges"]:
+                assert np.array_equal(merged.document(i), shuffled.document(a)), (pack["name"], s["name"])
+                i += b - a
+        assert i == merged.num_documents
+    assert "Nothing to be done" in wf.ok(*args, "-n")
+
+
 def shingle_jaccard(a: str, b: str, lang: str) -> float:
     """Exact Jaccard of two texts' shingle sets, with dedup's own normalization and shingling."""
     shingler = Shingler()

@@ -15,6 +15,7 @@ import pandas as pd
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write_if_changed, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks import pack_index
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
@@ -230,8 +231,9 @@ def stale_packs(plan: dict[str, Any], merged_dir: str) -> list[str]:
 
 
 def write_specs(plan: dict[str, Any], signature: list[dict[str, Any]], specs_dir: str) -> None:
-    """``{specs_dir}/{pack}.json`` for every pack, written only when it changed; specs of packs that are no
-    longer planned are removed."""
+    """``{specs_dir}/{pack}.json`` for every pack, and the pack index, each written only when it changed;
+    specs of packs that are no longer planned are removed."""
+    pack_index.write(plan, specs_dir)
     identities = {e["prefix"]: e.get("identity") for e in signature}
     for index, pack in enumerate(plan["packs"]):
         write_if_changed(
