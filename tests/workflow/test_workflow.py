@@ -16,6 +16,7 @@ import yaml
 from tests.utils import REPO, Workflow, build_dataset, sft_config, train_tokenizer, web_source
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks import pack_index
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
@@ -159,6 +160,8 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     before = load_plan(sample_run)
     files = {p: p.stat().st_mtime_ns for p in (results / "merged").rglob("*") if p.is_file()}
     files |= {p: p.stat().st_mtime_ns for p in (results / "datapacks").rglob("*") if p.is_file()}
+    index = results / "datapacks" / "_specs" / pack_index.NAME  # names the packs: gains the new one
+    del files[index]
     config = yaml.safe_load((sample_run.root / "config" / "sample.yaml").read_text())
     config["datapacks"]["phases"].append({"name": "ext", "tokens": 20000, "mixture": "main"})
     (sample_run.root / "more.yaml").write_text(yaml.safe_dump({"datapacks": config["datapacks"]}))
@@ -168,6 +171,7 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     after = load_plan(sample_run)
     assert after["packs"][:-1] == before["packs"] and after["packs"][-1]["name"] == "ext_5"
     assert all(p.stat().st_mtime_ns == t for p, t in files.items()), "an earlier pack was rewritten"
+    assert orjson.loads(index.read_bytes())["packs"] == [p["name"] for p in after["packs"]]
     assert (results / "merged" / "ext_5" / "ext_5.bin").is_file()
     state = orjson.loads((results / "datapacks" / "ext_5" / "state.json").read_bytes())
     assert state["cursors"] == after["packs"][-1]["state_after"]
