@@ -13,7 +13,6 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, workflow.basedir)  # the workflow_scripts package of this checkout
 
-from workflow_scripts.core import group_check
 from workflow_scripts.core.config_errors import explain
 from workflow_scripts.core.slurm_plan import SlurmPlan
 
@@ -46,10 +45,8 @@ if not workflow.remote_exec:
     asked = lambda: "plan" in workflow.dag_settings.targets
     show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
     logging.getLogger("snakemake.logging").addHandler(show_plan)
-    if GROUPED:  # a Slurm profile that groups shard jobs (rules/common.smk): show the Slurm jobs
+    if not workflow.local_exec:  # a cluster profile: a dry run ends with the jobs it would submit
         logging.getLogger("snakemake.logging").addHandler(SlurmPlan(lambda rule: rule in workflow._localrules))
-if GROUPED:  # Snakemake's group check is quadratic in the shards here (workflow_scripts/core/group_check.py)
-    group_check.install()
 
 
 # Every wildcard's pattern comes from the naming module (workflow_scripts/core/naming.py).

@@ -13,7 +13,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from workflow_scripts import inputs
-from workflow_scripts.core import lists, naming, train_layout
+from workflow_scripts.core import batches, lists, naming, train_layout
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.runtime import set_progress_interval, show_when_done, use_this_interpreter, write_list
 from workflow_scripts.core.settings import from_config, to_args
@@ -37,7 +37,6 @@ BENCH = f"{OUT}/benchmarks"  # Snakemake's own time and memory record of each he
 SAMPLE_DIR = f"{OUT}/sample"
 SHARDS = f"{OUT}/shards"
 SHARD_EXT = naming.shard_suffix(config["ingest"]["compress"])
-SHARD = naming.shard_name("{group}", "{split}")  # the shard name as wildcards
 DEDUP = f"{OUT}/dedup"
 DEDUP_WORK = f"{DEDUP}/_work"
 ASSIGN = f"{DEDUP_WORK}/assign"  # the cluster step's per-shard store (docs/reruns.md)
@@ -72,84 +71,112 @@ except UserError as error:
     raise WorkflowError(f"config: {error}") from None
 
 
-def runtime_by_size(mb_per_minute):
-    """A per-shard job's time limit in minutes, from its shard's size (its first input; to be determined while
-    the shard is not made) at a conservative one-core rate. A Slurm profile that groups these jobs asks for
-    the sum of its members' (they run one after another)."""
-    return lambda wildcards, input: 1 + math.ceil(Path(input[0]).stat().st_size / 2**20 / mb_per_minute)
+PER_BATCH = config["shards_per_job"]  # a per-shard stage's job covers this many shards of a group
+BATCH = "{group}.{batch}"  # a batch job's name: its group and batch number (core/batches.py)
+SHARD_T = "{shard}"  # a member's shard name in the templates of `snakepack batch` (workflow_scripts/batch.py)
+# A batch member's files, as templates (``{group}`` and ``{shard}``: see batch_args).
+SHARD_FILE = f"{SHARDS}/{{group}}/{SHARD_T}{SHARD_EXT}"
+SIG_FILE = f"{DEDUP_WORK}/sig/{SHARD_T}.sig"
+ASSIGN_FILE = f"{ASSIGN}/{SHARD_T}.assign.json"
+KEPT_FILE = f"{DEDUP}/{{group}}/{SHARD_T}{SHARD_EXT}"
+REMOVED_FILE = f"{DEDUP}/{{group}}/removed/{SHARD_T}{SHARD_EXT}"
+FILTER_STATS = f"{DEDUP_WORK}/stats/{SHARD_T}.stats.json"
+CORPUS_FILE = f"{CORPUS}/{{group}}/{SHARD_T}{SHARD_EXT}"
+TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
 
 
-def threads_by_size(threads, mb_per_thread):
-    """A per-shard job's threads: one per ``mb_per_thread`` MB of its shard (its first input), ``threads`` at
-    most; a small shard's job leaves the other cores to its neighbours (no output depends on it). Until the
-    shard exists, ``threads``: Snakemake evaluates it again when it schedules the job."""
-
-    def by_size(wildcards, input):
-        shard = Path(input[0])
-        if not shard.exists():
-            return threads
-        return max(1, min(threads, math.ceil(shard.stat().st_size / 1e6 / mb_per_thread)))
-
-    return by_size
+def group_shards(group):
+    """A group's ingested shard files, once its ingest checkpoint ran (listed once per version of its folder)."""
+    outdir = checkpoints.ingest.get(group=group).output[0]
+    return _shard_files(outdir, os.stat(outdir).st_mtime_ns)
 
 
-# A Slurm profile that groups shard jobs declares the one-member-at-a-time resource (profiles/lumi).
-GROUPED = "member_slot" in workflow.global_resources
-
-
-def shard_batch(rule):
-    """The Slurm job a per-shard job of ``rule`` joins under a grouping profile (none otherwise): shards
-    ``k * n`` to ``(k + 1) * n - 1`` of its group, n = ``shards_per_slurm_job``; named ``RULE.GROUP.k``."""
-    per_job = config["shards_per_slurm_job"]
-
-    def batch(wildcards):
-        if not GROUPED:
-            return None
-        name = f"{rule}.{wildcards.group}.{int(wildcards.split) // per_job}"
-        # Snakemake joins jobs of one name into one Slurm job only up to this many (no more are named so)
-        workflow.group_settings.group_components[name] = per_job
-        return name
-
-    return batch
+@functools.cache
+def _shard_files(outdir, mtime):
+    pattern = naming.shard_file_pattern(os.path.basename(outdir))
+    return tuple(sorted(f"{outdir}/{name}" for name in os.listdir(outdir) if pattern.fullmatch(name)))
 
 
 def get_shards(wildcards=None):
     """Every ingested shard, known once its group's ingest checkpoint ran."""
-    shards = []
-    for group in GROUPS:
-        outdir, pattern = checkpoints.ingest.get(group=group).output[0], naming.shard_file_pattern(group)
-        shards += sorted(f"{outdir}/{name}" for name in os.listdir(outdir) if pattern.fullmatch(name))
-    return shards
+    return [shard for group in GROUPS for shard in group_shards(group)]
 
 
-def assignment(wildcards):
+def get_batch_shards(wildcards):
+    """The ingested shards of a batch job."""
+    return batches.members(group_shards(wildcards.group), wildcards.batch, PER_BATCH)
+
+
+def batch_file(stage_dir, shard):
+    """The manifest of the batch job of ``stage_dir`` that covers ``shard``."""
+    return f"{stage_dir}/_batches/{naming.shard_group(shard)}.{batches.batch_of(shard, PER_BATCH)}.json"
+
+
+def batch_bytes(wildcards):
+    return sum(os.stat(shard).st_size for shard in get_batch_shards(wildcards))
+
+
+def runtime_by_size(mb_per_minute):
+    """A batch job's time limit in minutes, from its shards' size at a conservative one-core rate, shared
+    by its threads (its members run side by side)."""
+    return lambda wildcards, threads: 1 + math.ceil(batch_bytes(wildcards) / 2**20 / mb_per_minute / threads)
+
+
+def threads_by_size(threads, mb_per_thread):
+    """A batch job's threads: one per ``mb_per_thread`` MB of its shards, ``threads`` at most (a small
+    batch leaves the other cores to its neighbours; no output depends on it)."""
+    return lambda wildcards: max(1, min(threads, math.ceil(batch_bytes(wildcards) / 1e6 / mb_per_thread)))
+
+
+def batch_args(inputs, outputs, member_log, command):
+    """The options of `snakepack batch` for a batch job: its shards, state and manifest, and each member's
+    inputs, outputs, log and command as templates (``{group}`` filled in here, ``{shard}`` by the member)."""
+
+    def args(wildcards, output):
+        fill = lambda items: [item.replace("{group}", wildcards.group) for item in items]
+        options = ["--shards-dir", f"{SHARDS}/{wildcards.group}", "--batch", wildcards.batch]
+        options += ["--per-batch", str(PER_BATCH), "--manifest", output[0]]
+        options += ["--state", output[0].removesuffix(".json") + ".state", "--member-log", *fill([member_log])]
+        options += [x for path in fill(inputs) for x in ("--input", path)]
+        options += [x for path in fill(outputs) for x in ("--output", path)]
+        return shlex.join([*options, "--", *fill(command)])
+
+    return args
+
+
+def assignment(shard):
     """Where the cluster step keeps a shard's dedup assignment."""
-    return f"{ASSIGN}/{naming.shard_name(wildcards.group, wildcards.split)}.assign.json"
+    return f"{ASSIGN}/{naming.shard_stem(shard)}.assign.json"
 
 
-def get_assignment(wildcards):
-    """A shard's dedup assignment once the cluster step ran; a new shard waits for the cluster summary."""
+def get_batch_assignments(wildcards):
+    """A batch's dedup assignments once the cluster step ran (it rewrites one only when the shard's
+    outcome changes); while some shard has none yet, the batch waits for the cluster summary too."""
     checkpoints.dedup_cluster.get()
-    path = assignment(wildcards)
-    return path if os.path.exists(path) else f"{DEDUP_WORK}/cluster_summary.json"
+    paths = [assignment(shard) for shard in get_batch_shards(wildcards)]
+    found = [path for path in paths if os.path.exists(path)]
+    return found if len(found) == len(paths) else [*found, f"{DEDUP_WORK}/cluster_summary.json"]
 
 
 def list_entries(kind):
-    """(the files a chunk of ``kind`` waits for, the lines its list holds), for every shard: in a cluster job
+    """(the files a chunk of ``kind`` waits for, the lines its list holds), a pair for every shard (a batch's
+    manifest, repeated for each of its shards: a chunk keeps one of each): in a cluster job
     only for the rules that list them (upstream gathers are done there; 100,000 shards would cost every job)."""
     listing = ("list_chunk", "signatures_list") if kind == "signatures" else ("list_chunk", "corpus_list", "tokenized_list")
     if workflow.remote_exec and not any(t.rulename in listing for t in workflow.dag_settings.target_jobs):
         return [], []
+    shards = get_shards() if GROUPS else []
     if kind == "signatures":
-        signatures = [f"{DEDUP_WORK}/sig/{naming.shard_stem(s)}.sig" for s in get_shards()]
-        return signatures, signatures
+        signatures = [f"{DEDUP_WORK}/sig/{naming.shard_stem(s)}.sig" for s in shards]
+        return [batch_file(f"{DEDUP_WORK}/sig", s) for s in shards], signatures
     if GROUPS and config["dedup"]["enabled"]:
         checkpoints.dedup_cluster.get()  # the tokenizer reads the deduplicated shards (same names)
-    corpus = [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in get_shards()] if GROUPS else []
+    corpus = [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in shards]
     if kind == "corpus":
-        return corpus, corpus
+        return ([batch_file(DEDUP, s) for s in shards] if config["dedup"]["enabled"] else corpus), corpus
     prefixes = [f"{TOK}/{naming.tokenized_prefix(n)}" for n in [*map(naming.shard_stem, corpus), *IMPORTS]]
-    return [f"{p}.stats.json" for p in prefixes], prefixes
+    imported = [f"{p}.stats.json" for p in prefixes[len(shards) :]]
+    return [*(batch_file(TOK, s) for s in shards), *imported], prefixes
 
 
 # A list's chunks live beside what it lists (docs/reruns.md): deleting a stage's directory deletes its lists.

@@ -19,25 +19,32 @@ rule dedup_params:
         "python -m workflow_scripts dedup-params --output {output:q} {params.settings} > {log:q} 2>&1"
 
 
+# Per batch of a group's shards (core/batches.py): one job signs them all, and redoes only the shards
+# whose inputs or signatures changed.
 rule dedup_signatures:
     input:
-        shard=f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
+        shards=get_batch_shards,
         params=f"{DEDUP_WORK}/params.json",
     output:
-        f"{DEDUP_WORK}/sig/{SHARD}.sig",
+        f"{DEDUP_WORK}/sig/_batches/{BATCH}.json",
     log:
-        f"{LOGS}/dedup/signatures/{SHARD}.log",
+        f"{LOGS}/dedup/signatures/{BATCH}.log",
     benchmark:
-        f"{BENCH}/dedup/signatures/{SHARD}.tsv"
-    group:
-        shard_batch("dedup_signatures")
+        f"{BENCH}/dedup/signatures/{BATCH}.tsv"
+    params:
+        batch=batch_args(
+            inputs=[SHARD_FILE, f"{DEDUP_WORK}/params.json"],
+            outputs=[SIG_FILE],
+            member_log=f"{LOGS}/dedup/signatures/{SHARD_T}.log",
+            command=["dedup-signatures", "--input", SHARD_FILE, "--params", f"{DEDUP_WORK}/params.json", "--output", SIG_FILE],
+        ),
+    threads: threads_by_size(config["dedup"]["threads"], 64)
     resources:
         runtime=runtime_by_size(300),
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts dedup-signatures --input {input.shard:q} --params {input.params:q}"
-        " --output {output:q} > {log:q} 2>&1"
+        "python -m workflow_scripts batch --threads {threads} {params.batch} > {log:q} 2>&1"
 
 
 # A barrier: the one job that lists every signature, so that the gathers below depend on one file (the
@@ -120,32 +127,33 @@ checkpoint dedup_cluster:
 
 rule dedup_filter:
     input:
-        shard=f"{SHARDS}/{{group}}/{SHARD}{SHARD_EXT}",
-        # Rewritten by the cluster step only when this shard's outcome changes.
-        assign=get_assignment,
+        shards=get_batch_shards,
+        # Each rewritten by the cluster step only when its shard's outcome changes.
+        assign=get_batch_assignments,
         # The edge to the cluster step (the assignment store is not a declared output); ancient(): a new
         # clusters.tsv alone reruns nothing.
         clusters=ancient(f"{DEDUP}/clusters.tsv"),
     output:
-        kept=f"{DEDUP}/{{group}}/{SHARD}{SHARD_EXT}",
-        removed=f"{DEDUP}/{{group}}/removed/{SHARD}{SHARD_EXT}",
-        stats=f"{DEDUP_WORK}/stats/{SHARD}.stats.json",
+        f"{DEDUP}/_batches/{BATCH}.json",
     log:
-        f"{LOGS}/dedup/filter/{SHARD}.log",
+        f"{LOGS}/dedup/filter/{BATCH}.log",
     params:
-        assign=assignment,
-    # Before tokenize jobs: each takes a fraction of a second and frees a shard's tokenize job, so the
-    # largest tokenize jobs are not left to start last.
+        batch=batch_args(
+            inputs=[SHARD_FILE, ASSIGN_FILE],
+            outputs=[KEPT_FILE, REMOVED_FILE, FILTER_STATS],
+            member_log=f"{LOGS}/dedup/filter/{SHARD_T}.log",
+            command=["dedup-filter", "--input", SHARD_FILE, "--assign", ASSIGN_FILE, "--output", KEPT_FILE]
+            + ["--removed", REMOVED_FILE, "--stats", FILTER_STATS],
+        ),
+    # Before tokenize jobs: each frees a batch's tokenize job, so the largest are not left to start last.
     priority: 1
-    group:
-        shard_batch("dedup_filter")
+    threads: threads_by_size(config["dedup"]["threads"], 256)
     resources:
         runtime=runtime_by_size(1200),
     conda:
         "../envs/dedup.yaml"
     shell:
-        "python -m workflow_scripts dedup-filter --input {input.shard:q} --assign {params.assign:q}"
-        " --output {output.kept:q} --removed {output.removed:q} --stats {output.stats:q} > {log:q} 2>&1"
+        "python -m workflow_scripts batch --threads {threads} {params.batch} > {log:q} 2>&1"
 
 
 rule dedup_report:

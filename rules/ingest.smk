@@ -39,11 +39,11 @@ rule ingest_stats:
 
 
 # A part of one of the lists of every shard (core/lists.py): the signatures, the shards the
-# tokenizer reads, the tokenized prefixes. It waits for the jobs that make its shards' files, and lives in
-# their directory (see LISTED).
+# tokenizer reads, the tokenized prefixes. It waits for the batch jobs that make its shards' files, and lives
+# in their directory (see LISTED).
 rule list_chunk:
     input:
-        lambda wildcards: lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk),
+        lambda wildcards: list(dict.fromkeys(lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk))),
     output:
         f"{OUT}/{{listed}}/_lists/{{chunk}}.txt",
     log:

@@ -61,30 +61,35 @@ rule train_hf_tokenizer:
         " {params.settings} > {log:q} 2>&1"
 
 
+# Per batch of a group's shards, as the dedup steps: a shard is redone only when its input, the tokenizer or
+# its outputs changed.
 rule tokenize:
     input:
-        shard=f"{CORPUS}/{{group}}/{SHARD}{SHARD_EXT}",
+        # The filter's batch (its shards are not declared outputs), or the ingested shards without dedup.
+        corpus=lambda wildcards: f"{DEDUP}/_batches/{BATCH}.json" if config["dedup"]["enabled"] else get_batch_shards(wildcards),
         model=TOKENIZER,
         merges=TOKENIZER_MERGES,
     output:
-        multiext(f"{TOK}/{naming.tokenized_prefix(SHARD)}", ".bin", ".idx", ".stats.json", ".quarantine.jsonl"),
+        f"{TOK}/_batches/{BATCH}.json",
     log:
-        f"{LOGS}/tokenize/{SHARD}.log",
+        f"{LOGS}/tokenize/{BATCH}.log",
     benchmark:
-        f"{BENCH}/tokenize/{SHARD}.tsv"
+        f"{BENCH}/tokenize/{BATCH}.tsv"
     params:
-        prefix=lambda wildcards: f"{TOK}/{naming.shard_name(wildcards.group, wildcards.split)}",
-        settings=f"{TOKENIZE_ARGS} {TOKENIZER_OPTS}".rstrip(),  # the tokenizer's options: GPT-2's merges
+        batch=batch_args(
+            inputs=[CORPUS_FILE, TOKENIZER, *TOKENIZER_MERGES],
+            outputs=[f"{TOK}/{naming.tokenized_prefix(SHARD_T)}{ext}" for ext in TOKENIZED_EXTS],
+            member_log=f"{LOGS}/tokenize/{SHARD_T}.log",
+            command=["tokenize", "--input", CORPUS_FILE, "--output-prefix", f"{TOK}/{SHARD_T}"]
+            + ["--tokenizer-model", TOKENIZER, *shlex.split(TOKENIZE_ARGS), *shlex.split(TOKENIZER_OPTS)],
+        ),
     threads: threads_by_size(config["tokenize"]["threads"], 64)  # one thread per 16 batches of 4 MB
-    group:
-        shard_batch("tokenize")
     resources:
         runtime=runtime_by_size(300),
     conda:
         "../envs/tokenize.yaml"
     shell:
-        "python -m workflow_scripts tokenize --input {input.shard:q} --output-prefix {params.prefix:q}"
-        " --tokenizer-model {input.model:q} {params.settings} --threads {threads} > {log:q} 2>&1"
+        "python -m workflow_scripts batch --threads {threads} --member-threads {params.batch} > {log:q} 2>&1"
 
 
 rule import_tokenized:

@@ -28,6 +28,7 @@ def _c(module: str, help: str, function: str = "main") -> Command:
 COMMANDS: dict[str, Command] = {
     "sample": _c("ingest.sample", "write the embedded sample delivery (raw files and manifest)"),
     "ingest": _c("ingest.shards", "raw files of one group -> uniform jsonl shards, quarantine, stats"),
+    "batch": _c("batch", "run a per-shard command over a batch of a group's shards, skipping current ones"),
     "dedup": _c("dedup.local", "every dedup step locally over a set of shards (standalone)"),
     "dedup-params": _c("dedup.params", "dedup step 0: the resolved parameters (LSH shape, permutations)"),
     "dedup-signatures": _c("dedup.signatures", "dedup step 1: MinHash signatures of one shard"),

@@ -40,7 +40,7 @@ DOCUMENT_KEY = "text"
 
 WILDCARDS = {
     "group": GROUP,
-    "split": SPLIT,
+    "batch": r"\d+",  # a per-shard stage's batch of a group's shards (core/batches.py)
     "shard": SHARD,
     "imported": IMPORTED,
     "pack": rf"{PACK}|{VALIDATION}",

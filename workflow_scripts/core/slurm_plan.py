@@ -1,15 +1,16 @@
-"""What a dry run under a Slurm profile would submit: one row per rule with its Slurm job count, the DAG
-jobs those hold (the members of grouped jobs) and the largest request (CPUs, memory, time limit).
+"""What a dry run under a Slurm profile would submit: one row per rule with its Slurm job count and the
+largest request (CPUs, memory, time limit). A per-shard stage's job covers a batch of shards
+(core/batches.py).
 
-Snakemake forms the grouped jobs in the dry run too and logs each one; this handler gathers those log
-records and prints the table after Snakemake's "This was a dry-run" line.
+This handler gathers the jobs Snakemake logs in the dry run and prints the table after its "This was a
+dry-run" line.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from snakemake_interface_logger_plugins.common import LogEvent
@@ -22,16 +23,12 @@ class RuleRow:
     """The Slurm jobs of one rule in the plan."""
 
     slurm_jobs: int = 0
-    dag_jobs: int = 0
-    members: list[int] = field(default_factory=list)  # DAG jobs per Slurm job
     cpus: int = 0
     mem_mb: int = 0
     runtime_min: int = 0
 
-    def add(self, members: int, resources: Any) -> None:
+    def add(self, resources: Any) -> None:
         self.slurm_jobs += 1
-        self.dag_jobs += members
-        self.members.append(members)
         self.cpus = max(self.cpus, int(resources.get("_cores", 1) or 1))
         self.mem_mb = max(self.mem_mb, _int(resources.get("mem_mb")))
         self.runtime_min = max(self.runtime_min, _int(resources.get("runtime")))
@@ -49,8 +46,6 @@ def table(rows: dict[str, RuleRow]) -> str:
         {
             "rule": name,
             "slurm jobs": row.slurm_jobs,
-            "DAG jobs": row.dag_jobs,
-            "per job": f"{min(row.members)}-{max(row.members)}",
             "cpus": row.cpus,
             "mem_mb": row.mem_mb,
             "runtime (min)": row.runtime_min,
@@ -58,7 +53,6 @@ def table(rows: dict[str, RuleRow]) -> str:
         for name, row in sorted(rows.items())
     ]
     total = {"rule": "total", "slurm jobs": sum(r.slurm_jobs for r in rows.values())}
-    total["DAG jobs"] = sum(r.dag_jobs for r in rows.values())
     frame = pd.DataFrame([*records, total], dtype=object).fillna("")
     return frame.to_string(index=False)
 
@@ -76,13 +70,9 @@ class SlurmPlan(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         event = getattr(record, "event", None)
-        if event == LogEvent.GROUP_INFO:
-            jobs: list[Any] = list(record.jobs)
-            group = jobs[0].dag.get_job_group(jobs[0])
-            self.rows.setdefault(jobs[0].rule.name, RuleRow()).add(len(jobs), group.resources)
-        elif event == LogEvent.JOB_INFO and not record.indent and not self.is_local(record.rule_name):
+        if event == LogEvent.JOB_INFO and not self.is_local(record.rule_name):
             resources = {**dict(record.resources.items()), "_cores": record.threads}
-            self.rows.setdefault(record.rule_name, RuleRow()).add(1, resources)
+            self.rows.setdefault(record.rule_name, RuleRow()).add(resources)
         elif record.getMessage().startswith(DRY_RUN_DONE) and self.rows:
             print(
                 "Slurm jobs this run would submit (the jobs known now: those after a checkpoint join once"

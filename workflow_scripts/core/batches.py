@@ -1,0 +1,77 @@
+"""Shard batches: the per-shard stages run as one job per batch of a group's shards, and a batch job redoes
+only the members whose inputs, outputs or recipe changed (docs/scale.md).
+
+A batch is the shards ``k * n`` to ``(k + 1) * n - 1`` of a group (n = ``shards_per_job``). Its job keeps a
+record per member (the recipe, and the size and time of each input and output) in a state file that is not
+a declared output: Snakemake removes a job's declared outputs before it runs, so the record outlives a rerun,
+a failure or a kill, and a member with a matching record and untouched files is not redone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import orjson
+
+from workflow_scripts.core import naming
+from workflow_scripts.core.fsio import atomic_path
+
+Identity = list[list[int]]  # [size, mtime_ns] of each file
+
+
+def batch_of(shard: str, per_batch: int) -> int:
+    """The batch of a shard (name or file) of an ingested group."""
+    return int(naming.parse_shard(shard)["split"]) // per_batch
+
+
+def group_batches(shards: Iterable[str], per_batch: int) -> list[int]:
+    """The batches a group's shards fall in, in order."""
+    return sorted({batch_of(s, per_batch) for s in shards})
+
+
+def members(shards: Iterable[str], batch: int | str, per_batch: int) -> list[str]:
+    """The shards (names or files, as given) of batch ``batch``, in order."""
+    return sorted(s for s in shards if batch_of(s, per_batch) == int(batch))
+
+
+def identity(paths: Sequence[str]) -> Identity | None:
+    """Each file's size and modification time; None when one is missing."""
+    found = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return None
+        found.append([info.st_size, info.st_mtime_ns])
+    return found
+
+
+class State:
+    """The record of a batch's finished members, kept in ``path`` (rewritten atomically after each)."""
+
+    def __init__(self, path: str | os.PathLike[str], recipe: str) -> None:
+        self.path = Path(path)
+        self.recipe = recipe
+        saved = orjson.loads(self.path.read_bytes()) if self.path.exists() else {}
+        self.done: dict[str, dict[str, Identity]] = saved.get("members", {}) if saved.get("recipe") == recipe else {}
+
+    def is_current(self, name: str, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
+        """Whether ``name`` was made by this recipe from these inputs and its outputs are untouched."""
+        record = self.done.get(name)
+        return (
+            record is not None
+            and record["inputs"] == identity(inputs)
+            and record["outputs"] == identity(outputs)
+        )
+
+    def record(self, name: str, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        """Record a finished member; its outputs must all exist."""
+        made = identity(outputs)
+        if made is None:
+            missing = [p for p in outputs if not os.path.exists(p)]
+            raise RuntimeError(f"{name}: the command ended without writing {', '.join(missing)}")
+        self.done[name] = {"inputs": identity(inputs) or [], "outputs": made}
+        with atomic_path(self.path) as tmp:
+            tmp.write_bytes(orjson.dumps({"recipe": self.recipe, "members": self.done}, option=orjson.OPT_SORT_KEYS))
