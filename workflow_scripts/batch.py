@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,14 +50,15 @@ def fill(templates: Sequence[str], name: str) -> list[str]:
 
 
 def run_member(argv: Sequence[str], log: str) -> int:
-    """Run one ``snakepack`` command with its stdout and stderr in ``log``; its exit status."""
+    """Run one ``snakepack`` command with its output (Python's and the C libraries') in ``log``; its exit
+    status."""
     from workflow_scripts import cli
 
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with open(log, "wb") as out:
+    with open(log, "w", buffering=1) as out, redirect_stdout(out), redirect_stderr(out):
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
         try:
@@ -67,8 +69,7 @@ def run_member(argv: Sequence[str], log: str) -> int:
             traceback.print_exc()
             return 1
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            out.flush()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             os.close(saved[0])
@@ -85,10 +86,8 @@ def tail(path: str) -> str:
 
 def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in args:
-        raise UserError("give the member's command after `--`")
-    cut = args.index("--")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cut = args.index("--") if "--" in args else len(args)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="-- COMMAND ARGS...")
     parser.add_argument("--shards-dir", required=True, help="the group's ingested shards: the members")
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--per-batch", type=int, required=True, help="shards per batch")
@@ -130,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(failed)} of {len(chosen)} members failed: {', '.join(failed)}", flush=True)
         return 1
     with atomic_path(args.manifest) as tmp:
-        tmp.write_bytes(orjson.dumps({"members": chosen, "ran": [m.name for m in todo]}, option=orjson.OPT_INDENT_2))
+        tmp.write_bytes(
+            orjson.dumps({"members": chosen, "ran": [m.name for m in todo]}, option=orjson.OPT_INDENT_2)
+        )
     print(f"{len(todo)} of {len(chosen)} members run, {len(chosen) - len(todo)} up to date", flush=True)
     return 0
 
@@ -145,7 +146,10 @@ def run_all(todo: list[Member], state: batches.State, workers: int, extra: list[
             print(f"{member.name}: done in {time.monotonic() - started:.1f} s", flush=True)
         else:
             failed.append(member.name)
-            print(f"{member.name}: failed (exit {status}); its log {member.log} ends:\n{tail(member.log)}", flush=True)
+            print(
+                f"{member.name}: failed (exit {status}); its log {member.log} ends:\n{tail(member.log)}",
+                flush=True,
+            )
 
     if workers == 1:
         for member in todo:

@@ -66,7 +66,7 @@ def test_bad_names_are_user_errors(parse, bad: str) -> None:
 def test_wildcards_match_the_names_they_stand_for() -> None:
     examples = {
         "group": "en_web_cc",
-        "split": "0003",
+        "batch": "12",
         "shard": "en_web_cc_split_0003",
         "pack": "warmup_0",
         "mixture": "main",

@@ -18,7 +18,7 @@ ALL_SETTINGS = [*STAGE_SETTINGS, TrainingSettings, Phase, DatapacksSettings]
 # Keys that shape the DAG (what runs), not what a command computes: the rules read them.
 WORKFLOW_KEYS = {
     "ingest": set(),
-    "dedup": {"enabled", "band_groups", "partitions"},
+    "dedup": {"enabled", "band_groups", "partitions", "threads"},
     "tokenizer": {"model", "type", "merges", "kind"},
     "tokenize": set(),
     "training": set(),

@@ -55,7 +55,9 @@ class State:
         self.path = Path(path)
         self.recipe = recipe
         saved = orjson.loads(self.path.read_bytes()) if self.path.exists() else {}
-        self.done: dict[str, dict[str, Identity]] = saved.get("members", {}) if saved.get("recipe") == recipe else {}
+        self.done: dict[str, dict[str, Identity]] = (
+            saved.get("members", {}) if saved.get("recipe") == recipe else {}
+        )
 
     def is_current(self, name: str, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
         """Whether ``name`` was made by this recipe from these inputs and its outputs are untouched."""
@@ -74,4 +76,6 @@ class State:
             raise RuntimeError(f"{name}: the command ended without writing {', '.join(missing)}")
         self.done[name] = {"inputs": identity(inputs) or [], "outputs": made}
         with atomic_path(self.path) as tmp:
-            tmp.write_bytes(orjson.dumps({"recipe": self.recipe, "members": self.done}, option=orjson.OPT_SORT_KEYS))
+            tmp.write_bytes(
+                orjson.dumps({"recipe": self.recipe, "members": self.done}, option=orjson.OPT_SORT_KEYS)
+            )
