@@ -7,13 +7,12 @@ For each size N, in a copy of the workflow under bench/_work/scale/N:
    ``ingest.shard_size: 1000``, so one shard per file): the tree is *fresh after ingest*; ``snakemake -n``
    is timed on it.
 2. The per-shard outputs of dedup and tokenize (signatures, assignments, kept shards, tokenized
-   ``.bin/.idx`` of one document each, stats, benchmark records) are written directly, in pipeline order,
-   instead of running ~3N small jobs; the gathers after them (count, plan, slicing, merging) run for
-   real. The tree is *finished*; ``snakemake -n`` is timed on it, a dry run under ``profiles/lumi`` that
-   forces the per-shard rules counts the Slurm jobs they would take (grouped) next to their DAG jobs,
-   and the start of one Slurm job (the command the executor runs on the node: ``--target-jobs
-   'tokenize:...' --allowed-rules tokenize --mode remote``, as a dry run, which builds the job's DAG
-   without running it).
+   ``.bin/.idx`` of one document each, stats) and the batch jobs' manifests and benchmark records are
+   written directly, in pipeline order, instead of running the batch jobs; the gathers after them (count,
+   plan, slicing, merging) run for real. The tree is *finished*; ``snakemake -n`` is timed on it, a dry run
+   under ``profiles/lumi`` that forces the per-shard stages counts the Slurm jobs they would take, and the
+   start of one Slurm job (the command the executor runs on the node: ``--target-jobs 'tokenize:...'
+   --allowed-rules tokenize --mode remote``, as a dry run, which builds the job's DAG without running it).
 3. Plain Snakemake: a workflow of three per-item rules and one gather over N items (3N + 1 jobs, the same
    order as ours), timed fresh (only the first inputs exist) and finished.
 
@@ -54,6 +53,7 @@ GROUPS = [
     ("ja", "news"),
 ]
 TOKENS_PER_DOC = 400
+PER_BATCH = 400  # the schema's shards_per_job
 SNAKEMAKE = harness.SNAKEMAKE
 
 
@@ -98,6 +98,16 @@ def write(path: Path, data: bytes = b"") -> Path:
     return path
 
 
+def batch_records(stage: Path, bench: Path | None, stems: list[str]) -> list[Path]:
+    """The manifests (and benchmark records) of a per-shard stage's batch jobs over ``stems``."""
+    batches: dict[str, list[str]] = {}
+    for s in stems:
+        group, split = s.split("_split_")
+        batches.setdefault(f"{group}.{int(split) // PER_BATCH}", []).append(s)
+    made = [write(stage / "_batches" / f"{b}.json", orjson.dumps({"members": m})) for b, m in batches.items()]
+    return made + ([write(bench / f"{b}.tsv") for b in batches] if bench else [])
+
+
 def finish_per_shard_steps(root: Path) -> None:
     """Write what dedup and tokenize would, shard by shard, with increasing modification times."""
     res = root / "results"
@@ -108,8 +118,7 @@ def finish_per_shard_steps(root: Path) -> None:
     work, bench = res / "dedup" / "_work", res / "benchmarks"
     touch_all([write(work / "params.json", b"{}")], now - 5)
     stage = [write(work / "sig" / f"{s}.sig") for s in stems]
-    stage += [write(bench / "dedup" / "signatures" / f"{s}.tsv") for s in stems]
-    touch_all(stage, now)
+    touch_all([*stage, *batch_records(work / "sig", bench / "dedup" / "signatures", stems)], now)
     stage = [write(work / "pairs" / "exact_0.pairs"), write(bench / "dedup" / "exact_0.tsv")]
     for g in range(4):
         stage += [write(work / "pairs" / f"bands_{g}_0.pairs"), write(bench / "dedup" / f"bands_{g}_0.tsv")]
@@ -131,6 +140,7 @@ def finish_per_shard_steps(root: Path) -> None:
         stats = {"docs_in": 1, "docs_out": 1, "removed": {"exact": 0, "near": 0}}
         stage += [kept, write(res / "dedup" / group / "removed" / shard.name)]
         stage += [write(work / "stats" / f"{s}.stats.json", orjson.dumps(stats))]
+    stage += batch_records(res / "dedup", None, stems)
     counts = {g: {"in": sum(s.startswith(g) for s in stems), "exact": 0, "near": 0} for g in groups}
     report = {"docs_in": len(stems), "removed": {"total": 0}, "cluster_size_histogram": {}}
     stage += [write(res / "dedup" / "stats.json", b"{}")]
@@ -148,8 +158,8 @@ def finish_per_shard_steps(root: Path) -> None:
             b.add_document(list(range(1, TOKENS_PER_DOC + 1)))
         stage += [Path(f"{prefix}.bin"), Path(f"{prefix}.idx")]
         stage += [write(Path(f"{prefix}.stats.json"), orjson.dumps(stats))]
-        stage += [write(Path(f"{prefix}.quarantine.jsonl")), write(bench / "tokenize" / f"{s}.tsv")]
-    touch_all(stage, now + 50)
+        stage += [write(Path(f"{prefix}.quarantine.jsonl"))]
+    touch_all([*stage, *batch_records(tok, bench / "tokenize", stems)], now + 50)
     touch_all(shards, now - 10)
     print(f"  wrote the per-shard outputs of {len(stems)} shards in {len(groups)} groups", flush=True)
 
@@ -182,12 +192,9 @@ def dry_run(root: Path, *extra: str) -> harness.Measured:
     return harness.run_child([*SNAKEMAKE, "-n", "--quiet", "--cores", "2", *extra], cwd=root, sample_rss=True)
 
 
-PER_SHARD_RULES = ("dedup_signatures", "dedup_filter", "tokenize")
-
-
 def slurm_jobs(root: Path) -> dict[str, dict[str, int]]:
-    """Per per-shard rule, the Slurm jobs and DAG jobs `snakemake -n --profile profiles/lumi` would submit
-    were they all to rerun (``--forcerun``; twice: a rerun clustering hides the jobs after it until it ran):
+    """Per per-shard stage, the Slurm jobs `snakemake -n --profile profiles/lumi` would submit were they all
+    to rerun (``--forcerun``; twice: a rerun clustering hides the jobs after it until it ran):
     the table that ends its output."""
     env = {**os.environ, "SNAKEPACK_SLURM_ACCOUNT": "bench"}
     rows: dict[str, list[str]] = {}
@@ -197,7 +204,7 @@ def slurm_jobs(root: Path) -> dict[str, dict[str, int]]:
         out = harness.run_child(cmd, cwd=root, env=env).output
         lines = out[out.index("Slurm jobs this run would submit") :].splitlines()[2:]
         rows |= {cells[0]: cells[1:] for cells in map(str.split, lines) if cells and cells[0] in forced}
-    return {rule: {"slurm_jobs": int(row[0]), "dag_jobs": int(row[1])} for rule, row in rows.items()}
+    return {rule: {"slurm_jobs": int(row[0])} for rule, row in rows.items()}
 
 
 def measure(n: int, keep: bool) -> dict[str, float]:
@@ -216,11 +223,11 @@ def measure(n: int, keep: bool) -> dict[str, float]:
     print(f"  snakemake -n, finished: {finished.wall:.1f} s, {finished.rss_mib:.0f} MiB", flush=True)
     slurm = slurm_jobs(root)
     print(
-        f"  Slurm jobs of the per-shard rules under profiles/lumi (a forced rerun of them): {slurm}",
+        f"  Slurm jobs of the per-shard stages under profiles/lumi (a forced rerun of them): {slurm}",
         flush=True,
     )
-    group, split = sorted((root / "results" / "shards").glob("*/*_split_*.jsonl"))[0].name.split("_split_")
-    job = f"tokenize:group={group},split={split.removesuffix('.jsonl')}"
+    group = sorted((root / "results" / "shards").glob("*/*_split_*.jsonl"))[0].parent.name
+    job = f"tokenize:group={group},batch=0"
     remote = ("--target-jobs", job, "--allowed-rules", "tokenize", "--mode", "remote", "--nolock", "-n")
     slurm_job = snakemake(root, *remote, "--max-inventory-time", "0", "--ignore-incomplete")
     version = harness.run_child([*SNAKEMAKE, "--version"], cwd=root)
@@ -248,7 +255,6 @@ def measure(n: int, keep: bool) -> dict[str, float]:
         "slurm_job_start_s": round(slurm_job.wall, 2),
         "slurm_jobs": slurm,
         "slurm_jobs_total": sum(r["slurm_jobs"] for r in slurm.values()),
-        "dag_jobs_per_shard_rules": sum(r["dag_jobs"] for r in slurm.values()),
         "snakemake_import_s": round(version.wall, 2),
         "plain_jobs": 3 * n + 1,
         "plain_fresh_s": round(plain_fresh.wall, 2),
@@ -273,9 +279,7 @@ def main() -> None:
         print(f"{r['shards']:>7} shards: worst dry run {worst:.1f} s, x{ratio:.2f} plain: {verdict}")
         jobs = r["slurm_jobs_total"]
         verdict = "met" if jobs <= 1000 else "NOT met"
-        print(
-            f"{'':>7} per-shard rules: {jobs} Slurm jobs, {r['dag_jobs_per_shard_rules']} DAG jobs: {verdict}"
-        )
+        print(f"{'':>7} per-shard stages: {jobs} Slurm jobs: {verdict}")
     harness.write_results("scale", {"args": vars(args), "rows": rows})
 
 

@@ -128,15 +128,17 @@ def threads_by_size(threads, mb_per_thread):
     return lambda wildcards: max(1, min(threads, math.ceil(batch_bytes(wildcards) / 1e6 / mb_per_thread)))
 
 
-def batch_args(inputs, outputs, member_log, command):
-    """The options of `snakepack batch` for a batch job: its shards, state and manifest, and each member's
-    inputs, outputs, log and command as templates (``{group}`` filled in here, ``{shard}`` by the member)."""
+def batch_args(stage_dir, inputs, outputs, member_log, command):
+    """The options of `snakepack batch` for a batch job of ``stage_dir``: its shards, state and manifest,
+    and each member's inputs, outputs, log and command as templates (``{group}`` filled in here, ``{shard}``
+    by the member). From the wildcards alone: Snakemake then reruns the job when they change."""
 
-    def args(wildcards, output):
+    def args(wildcards):
         fill = lambda items: [item.replace("{group}", wildcards.group) for item in items]
+        batch = f"{stage_dir}/_batches/{wildcards.group}.{wildcards.batch}"
         options = ["--shards-dir", f"{SHARDS}/{wildcards.group}", "--batch", wildcards.batch]
-        options += ["--per-batch", str(PER_BATCH), "--manifest", output[0]]
-        options += ["--state", output[0].removesuffix(".json") + ".state", "--member-log", *fill([member_log])]
+        options += ["--per-batch", str(PER_BATCH), "--manifest", f"{batch}.json", "--state", f"{batch}.state"]
+        options += ["--member-log", *fill([member_log])]
         options += [x for path in fill(inputs) for x in ("--input", path)]
         options += [x for path in fill(outputs) for x in ("--output", path)]
         return shlex.join([*options, "--", *fill(command)])

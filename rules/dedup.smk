@@ -33,6 +33,7 @@ rule dedup_signatures:
         f"{BENCH}/dedup/signatures/{BATCH}.tsv"
     params:
         batch=batch_args(
+            f"{DEDUP_WORK}/sig",
             inputs=[SHARD_FILE, f"{DEDUP_WORK}/params.json"],
             outputs=[SIG_FILE],
             member_log=f"{LOGS}/dedup/signatures/{SHARD_T}.log",
@@ -139,6 +140,7 @@ rule dedup_filter:
         f"{LOGS}/dedup/filter/{BATCH}.log",
     params:
         batch=batch_args(
+            DEDUP,
             inputs=[SHARD_FILE, ASSIGN_FILE],
             outputs=[KEPT_FILE, REMOVED_FILE, FILTER_STATS],
             member_log=f"{LOGS}/dedup/filter/{SHARD_T}.log",

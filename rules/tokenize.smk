@@ -77,6 +77,7 @@ rule tokenize:
         f"{BENCH}/tokenize/{BATCH}.tsv"
     params:
         batch=batch_args(
+            TOK,
             inputs=[CORPUS_FILE, TOKENIZER, *TOKENIZER_MERGES],
             outputs=[f"{TOK}/{naming.tokenized_prefix(SHARD_T)}{ext}" for ext in TOKENIZED_EXTS],
             member_log=f"{LOGS}/tokenize/{SHARD_T}.log",

@@ -44,7 +44,10 @@ def test_members_are_the_batch_and_match_the_command_alone(tmp_path: Path) -> No
     folder = shards(tmp_path)
     assert batch(tmp_path, threads=2) == 0
     members = [f"{GROUP}_split_0002", f"{GROUP}_split_0003"]
-    assert orjson.loads((tmp_path / "b.json").read_bytes()) == {"members": members, "ran": members}
+    manifest = orjson.loads((tmp_path / "b.json").read_bytes())
+    assert list(manifest["members"]) == members and manifest["ran"] == members
+    sig = tmp_path / "sig" / f"{members[0]}.sig"
+    assert manifest["members"][members[0]] == [[sig.stat().st_size, sig.stat().st_mtime_ns]]
     assert sorted(mtimes(tmp_path)) == [f"{m}.sig" for m in members]
     alone = tmp_path / "alone.sig"
     assert (

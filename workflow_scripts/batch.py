@@ -92,7 +92,9 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--per-batch", type=int, required=True, help="shards per batch")
     parser.add_argument("--state", required=True, help="the members' records (not a declared output)")
-    parser.add_argument("--manifest", required=True, help="written last: the members, and those run now")
+    parser.add_argument(
+        "--manifest", required=True, help="written last: each member's outputs, those run now"
+    )
     parser.add_argument("--input", action="append", default=[], help="a member's input (template)")
     parser.add_argument("--output", action="append", default=[], help="a member's output (template)")
     parser.add_argument("--member-log", required=True, help="a member's log (template)")
@@ -128,9 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failed:
         print(f"{len(failed)} of {len(chosen)} members failed: {', '.join(failed)}", flush=True)
         return 1
+    # Each member's outputs' sizes and times: the manifest changes whenever one of them does (Snakemake
+    # compares a small input's checksum before it reruns what reads it).
+    made = {name: state.done[name]["outputs"] for name in chosen}
     with atomic_path(args.manifest) as tmp:
         tmp.write_bytes(
-            orjson.dumps({"members": chosen, "ran": [m.name for m in todo]}, option=orjson.OPT_INDENT_2)
+            orjson.dumps({"members": made, "ran": [m.name for m in todo]}, option=orjson.OPT_INDENT_2)
         )
     print(f"{len(todo)} of {len(chosen)} members run, {len(chosen) - len(todo)} up to date", flush=True)
     return 0

@@ -132,7 +132,7 @@ TARGETS = [
     ("--", "results/tokenized/stats.json"),
     ("--", "results/tokenized/signature.json"),
     ("--", "results/merged/main_1/main_1.bin"),
-    ("--", f"results/tokenized/{EXTRA}_split_0000_text_document.bin"),
+    ("--", f"results/tokenized/_batches/{EXTRA}.0.json"),
     ("--", "results/train/configs.md"),
     ("--until", "dedup_filter"),
     ("--until", "tokenize"),
@@ -253,7 +253,9 @@ def test_a_killed_runs_temporary_files_do_not_linger(clone: Workflow) -> None:
     """A tokenize job killed after its input changed leaves a temporary file and no output; the rerun
     replaces the temporary file and leaves none behind."""
     shard = clone.root / "results" / "dedup" / EXTRA / f"{EXTRA}_split_0000.jsonl"
-    shard.write_bytes(b"".join(shard.read_bytes().splitlines(keepends=True)[1:]))  # the job's trigger
+    shard.write_bytes(b"".join(shard.read_bytes().splitlines(keepends=True)[1:]))
+    manifest = clone.root / "results" / "dedup" / "_batches" / f"{EXTRA}.0.json"
+    manifest.write_bytes(manifest.read_bytes() + b"\n")  # the job's trigger: its filter batch ran
     tokenized = clone.root / "results" / "tokenized"
     final = tokenized / f"{EXTRA}_split_0000_text_document.bin"
     final.unlink()

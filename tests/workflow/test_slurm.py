@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import psutil
 import pytest
 
@@ -131,18 +132,16 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     assert {f"rule_{r}" for r in [*expected, "merge_pack"]} <= rule_dirs, sorted(rule_dirs)
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
     assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
-    # ... the per-shard rules in grouped jobs of up to 4 shards of a group (shards_per_slurm_job in
-    # profiles/slurm-local), each log naming its shards
+    # ... the per-shard stages in one Slurm job per batch of up to 4 shards of a group (shards_per_job in
+    # profiles/slurm-local), each batch's manifest naming its shards
     shards = {p.name.split(".")[0] for p in (wf / "results" / "shards").glob("*/*_split_*.jsonl")}
-    batches = {(s.split("_split_")[0], int(s.split("_split_")[1]) // 4) for s in shards}
-    assert len(batches) < len(shards)  # some Slurm jobs hold several shards
-    member = re.compile(r"^\s*rule (\w+):\n(?:.*\n)*?\s+wildcards: group=(\S+), split=(\d+)$", re.M)
-    for rule in ("dedup_signatures", "dedup_filter", "tokenize"):
-        grouped = [p for p in logs if p.relative_to(log_root).parts[0].startswith(f"group_{rule}")]
-        held = [
-            {f"{g}_split_{n}" for r, g, n in member.findall(log.read_text()) if r == rule} for log in grouped
-        ]
-        assert len(grouped) == len(batches) and set().union(*held) == shards, (rule, held)
+    assert len(_batches(shards)) < len(shards)  # some Slurm jobs hold several shards
+    for rule, folder in BATCH_DIRS.items():
+        jobs = [p for p in logs if p.relative_to(log_root).parts[0] == f"rule_{rule}"]
+        manifests = sorted((wf / "results" / folder / "_batches").glob("*.json"))
+        held = [orjson.loads(m.read_bytes())["members"] for m in manifests]
+        assert len(jobs) == len(manifests) == len(_batches(shards)), (rule, jobs, manifests)
+        assert sorted(s for members in held for s in members) == sorted(shards), (rule, held)
     assert len(submitted) < len(re.findall(r"^(?:local)?rule \w+:$", local_output, re.M))
     # ... each log is the job-side Snakemake run of the executor plugin
     for log in logs:
@@ -159,31 +158,38 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     assert "Nothing to be done" in workflow.ok("--profile", "profiles/slurm-local", "-n", *small)
 
 
-TOKENIZE_CMD = re.compile(r"workflow_scripts tokenize --input \S*/(\w+_split_\d+)\.jsonl")
+BATCH_DIRS = {"dedup_signatures": "dedup/_work/sig", "dedup_filter": "dedup", "tokenize": "tokenized"}
 
 
-def _kill_second_member(batch: set[str], stop: threading.Event) -> list[str]:
-    """Watch the processes until tokenize runs for a second shard of ``batch``; SIGKILL it. Returns the
-    shards seen running, in order (the last one killed)."""
-    seen: list[str] = []
-    while not stop.is_set() and len(seen) < 2:
-        for proc in psutil.process_iter(["cmdline"]):
-            cmdline = proc.info["cmdline"] or []
-            match = TOKENIZE_CMD.search(" ".join(cmdline))
-            if match and match[1] in batch and match[1] not in seen and "python" in cmdline[0]:
-                seen.append(match[1])
-                if len(seen) == 2:
+def _batches(shards: set[str] | list[str], per_job: int = 4) -> dict[tuple[str, int], set[str]]:
+    """The shards of each batch job: ``per_job`` shards of a group (4 in profiles/slurm-local)."""
+    found: dict[tuple[str, int], set[str]] = {}
+    for shard in shards:
+        group, split = shard.rsplit("_split_", 1)
+        found.setdefault((group, int(split) // per_job), set()).add(shard)
+    return found
+
+
+def _kill_after_a_member(state: Path, stop: threading.Event) -> list[str]:
+    """Wait until the batch job that keeps ``state`` has recorded a finished member; SIGKILL the job's
+    process. Returns the members it had recorded."""
+    while not stop.is_set():
+        recorded = orjson.loads(state.read_bytes())["members"] if state.exists() else {}
+        if recorded:
+            for proc in psutil.process_iter(["cmdline"]):
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                if "workflow_scripts batch" in cmdline and str(state) in cmdline:
                     proc.kill()
-                    break
-        time.sleep(0.05)
-    return seen
+                    return sorted(recorded)
+        time.sleep(0.02)
+    return []
 
 
 @pytest.mark.slurm
-def test_a_member_killed_in_a_grouped_job_costs_only_the_missing_shards(slurm_cluster, workflow):
-    """tokenize rerun through Slurm in grouped jobs, one member SIGKILLed while its job runs: the job fails,
-    the members that finished keep their outputs (untouched by the rerun), and a plain rerun redoes only
-    the shards whose outputs are missing, giving the same bytes as the first, local run."""
+def test_a_batch_job_killed_after_a_member_costs_only_the_rest(slurm_cluster, workflow):
+    """tokenize redone through Slurm, batch jobs of 4 shards, one SIGKILLed after its first member: the job
+    fails, the member that finished keeps its outputs (untouched by the rerun), and a plain rerun redoes
+    only the killed batch's other members, giving the same bytes as the first, local run."""
     small = ("--configfile", "config/sample.yaml", "small.yaml")
     (workflow.root / "small.yaml").write_text(
         "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\n"
@@ -194,36 +200,33 @@ def test_a_member_killed_in_a_grouped_job_costs_only_the_missing_shards(slurm_cl
     outputs = sorted([*tok.glob("*_split_*.bin"), *tok.glob("*_split_*.idx")])
     before = {p.name: p.read_bytes() for p in outputs}
     shards = sorted({p.name.split("_text_document")[0] for p in outputs})
-    batches: dict[tuple[str, int], set[str]] = {}  # profiles/slurm-local: 4 shards of a group per Slurm job
-    for s in shards:
-        group, split = s.rsplit("_split_", 1)
-        batches.setdefault((group, int(split) // 4), set()).add(s)
-    batch = max(batches.values(), key=len)
-    assert len(batch) >= 3, batches
+    (group, number), batch = max(_batches(shards).items(), key=lambda item: len(item[1]))
+    assert len(batch) >= 3, _batches(shards)
+    for state in (tok / "_batches").glob("*.state"):  # every member redone when the jobs are forced
+        state.unlink()
+    state = tok / "_batches" / f"{group}.{number}.state"
 
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        watcher = pool.submit(_kill_second_member, batch, stop)
+        watcher = pool.submit(_kill_after_a_member, state, stop)
         failed = workflow.run(target, "--profile", "profiles/slurm-local", "--forcerun", "tokenize", *small)
         stop.set()
-        seen = watcher.result()
-    assert len(seen) == 2, f"tokenize never ran for two shards of {sorted(batch)}:\n{tail(failed.output)}"
-    finished, killed = seen
+        finished = watcher.result()
+    assert finished and len(finished) < len(batch), (finished, tail(failed.output))
     assert failed.returncode != 0, tail(failed.output)
-    assert re.search(r"Error in group tokenize\.", failed.output), tail(failed.output)
+    assert re.search(r"Error in rule tokenize:", failed.output), tail(failed.output)
+    kept = {p.name: p.stat().st_mtime_ns for p in outputs if p.name.split("_text_document")[0] in finished}
 
-    done = {p.name: p.stat().st_mtime_ns for p in outputs if p.exists()}
-    assert f"{finished}_text_document.bin" in done  # the member before the killed one kept its outputs
-    assert f"{killed}_text_document.bin" not in done
-    missing = {s for s in shards if f"{s}_text_document.bin" not in done}
     plan = workflow.ok(target, "--profile", "profiles/slurm-local", "-n", *small)
-    jobs = re.findall(r"rule tokenize:\n(?:.*\n)*?\s+wildcards: group=(\S+), split=(\d+)", plan)
-    planned = {f"{g}_split_{n}" for g, n in jobs}
-    assert planned == missing, (sorted(planned), sorted(missing))
+    planned = set(re.findall(r"rule tokenize:\n(?:.*\n)*?\s+wildcards: group=(\S+), batch=(\d+)", plan))
+    assert (group, str(number)) in planned, plan
 
     workflow.ok(target, "--profile", "profiles/slurm-local", *small, timeout_s=SNAKEMAKE_TIMEOUT_S)
     assert {p.name: p.read_bytes() for p in outputs} == before
-    assert {n: t for n, t in ((p.name, p.stat().st_mtime_ns) for p in outputs) if n in done} == done
+    assert {p.name: p.stat().st_mtime_ns for p in outputs if p.name in kept} == kept
+    log = (workflow.root / "logs" / "tokenize" / f"{group}.{number}.log").read_text()
+    assert all(f"{m}: up to date" in log for m in finished), log
+    assert f"{len(batch) - len(finished)} of {len(batch)} members run" in log, log
 
 
 # --- the profiles (no Slurm needed) -------------------------------------------------------------------
@@ -283,41 +286,36 @@ def _slurm_table(output: str) -> dict[str, list[str]]:
     return {row[0]: row[1:] for row in rows}
 
 
-def test_a_lumi_dry_run_shows_the_grouped_slurm_jobs_and_their_sizes(workflow):
-    """The shard jobs go to Slurm grouped by `shards_per_slurm_job` shards of a group, and the dry run says
-    how: Slurm jobs per rule, shards per job, and a grouped job's request sized for its members running one
-    after another (the largest member's CPUs and memory, the sum of their runtimes, 1 + ceil(MB / 300)
-    minutes each for signing)."""
+def test_a_lumi_dry_run_shows_the_batch_jobs_and_their_sizes(workflow):
+    """The shard stages go to Slurm in batches of `shards_per_job` shards of a group, and the dry run says
+    how: Slurm jobs per rule and each one's request (the profile's threads; the time limit from the
+    batch's size shared by its threads, 1 + ceil(MB / 300 / 16) minutes for signing)."""
     small = ("--configfile", "config/sample.yaml", "small.yaml")
     (workflow.root / "small.yaml").write_text("sample: {scale: 0.3}\ningest: {shard_size: 40000}\n")
     workflow.ok("--cores", "2", "--until", "ingest_stats", *small)
     shards = sorted((workflow.root / "results" / "shards").glob("*/*_split_*.jsonl"))
     env = {**snakemake_env(), "SNAKEPACK_SLURM_ACCOUNT": "project_1"}
+    size = {p.name.removesuffix(".jsonl"): p.stat().st_size for p in shards}
 
     for per_job in (400, 2):  # the schema's default, then the config key
-        batches: dict[tuple[str, int], list[int]] = {}
-        for p in shards:
-            group, split = p.name.removesuffix(".jsonl").split("_split_")
-            runtime = 1 + math.ceil(p.stat().st_size / 2**20 / 300)
-            batches.setdefault((group, int(split) // per_job), []).append(runtime)
-        sizes = [len(b) for b in batches.values()]
+        batches = _batches(list(size), per_job)
+        runtime = max(1 + math.ceil(sum(size[s] for s in b) / 2**20 / 300 / 16) for b in batches.values())
         plan = workflow.run(
             "--dry-run",
             "--profile",
             "profiles/lumi",
             *small,
             "--config",
-            f"shards_per_slurm_job={per_job}",
+            f"shards_per_job={per_job}",
             timeout_s=300,
             env=env,
         )
         assert plan.returncode == 0, tail(plan.output)
         table = _slurm_table(plan.output)
-        expected = [str(len(batches)), str(len(shards)), f"{min(sizes)}-{max(sizes)}", "1", "4000"]
-        assert table["dedup_signatures"] == [*expected, str(max(map(sum, batches.values())))], table
-        assert table["dedup_cluster"][:5] == ["1", "1", "1-1", "16", "120000"]  # not grouped: its own request
-        assert table["total"][1] == str(sum(int(row[1]) for rule, row in table.items() if rule != "total"))
-    assert max(sizes) == 2 < len(shards)
+        assert table["dedup_signatures"] == [str(len(batches)), "16", "32000", str(runtime)], table
+        assert table["dedup_cluster"][:3] == ["1", "16", "120000"]
+        assert table["total"][0] == str(sum(int(row[0]) for rule, row in table.items() if rule != "total"))
+    assert max(map(len, batches.values())) == 2 < len(shards)
 
 
 def test_a_site_container_applies_to_every_rule(workflow):
