@@ -15,6 +15,9 @@ For each size N, in a copy of the workflow under bench/_work/scale/N:
    --allowed-rules tokenize --mode remote``, as a dry run, which builds the job's DAG without running it).
 3. Plain Snakemake: a workflow of three per-item rules and one gather over N items (3N + 1 jobs, the same
    order as ours), timed fresh (only the first inputs exist) and finished.
+4. With ``--slurm N``: N one-document shards run end to end through the local Slurm
+   (``profiles/slurm-local``, 400 shards a batch job) and locally; it counts the Slurm jobs submitted next
+   to the DAG's jobs and compares the merged packs byte for byte.
 
 Goal: 10,000 shards <= 30 s, 100,000 <= 5 minutes, within 2x plain Snakemake; <= 1,000 Slurm jobs for the
 per-shard rules at 100,000 shards; a Slurm job's start <= 10 s beyond Snakemake's own import at 10,000
@@ -22,12 +25,14 @@ shards.
 
     .venv/bin/python bench/bench_scale.py                      # 1000, 10000 (about 10 minutes)
     .venv/bin/python bench/bench_scale.py --shards 1000 10000 100000
+    .venv/bin/python bench/bench_scale.py --shards 1000 --slurm 2000   # and 2,000 shards through Slurm
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -264,12 +269,56 @@ def measure(n: int, keep: bool) -> dict[str, float]:
     }
 
 
+def through_slurm(n: int) -> dict[str, object]:
+    """N one-document shards end to end through the local Slurm (profiles/slurm-local, batches of 400) and
+    locally: the Slurm jobs submitted next to the DAG's jobs, and the merged packs compared byte for byte."""
+    print(f"== {n} shards through the local Slurm and locally", flush=True)
+    per_job = ("--config", "shards_per_job=400")
+    runs: dict[str, harness.Measured] = {}
+    for name, profile in (("local", "profiles/local"), ("slurm", "profiles/slurm-local")):
+        root = harness.WORK / "scale" / f"{name}_{n}"
+        make_workflow(root, n)
+        cmd = [*SNAKEMAKE, "--configfile", "config/sample.yaml", "scale.yaml", "--profile", profile, *per_job]
+        runs[name] = harness.run_child([*cmd, *(["--cores", "2"] if name == "local" else [])], cwd=root)
+        print(f"  {name}: {runs[name].wall:.0f} s", flush=True)
+    digests = [
+        {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted((root / "results/merged").glob("*/*.*"))
+        }
+        for root in (harness.WORK / "scale" / f"{name}_{n}" for name in runs)
+    ]
+    identical = all(k.endswith(".log") or digests[0][k] == digests[1].get(k) for k in digests[0])
+    out = runs["slurm"].output
+    submitted = len(set(re.findall(r"submitted with SLURM jobid (\d+)", out)))
+    dag_jobs = int(re.findall(r"(\d+) of (\d+) steps", out)[-1][1])
+    local_jobs = len(re.findall(r"^localrule \w+:$", out, re.M))
+    print(
+        f"  {submitted} Slurm jobs for {dag_jobs} DAG jobs ({local_jobs} local); packs identical: {identical}"
+    )
+    for name in runs:
+        shutil.rmtree(harness.WORK / "scale" / f"{name}_{n}")
+    return {
+        "shards": n,
+        "slurm_jobs": submitted,
+        "dag_jobs": dag_jobs,
+        "local_rule_jobs": local_jobs,
+        "packs_identical": identical,
+        "slurm_s": round(runs["slurm"].wall, 1),
+        "local_s": round(runs["local"].wall, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--keep", action="store_true", help="keep the workflow trees (bench/_work/scale/N)")
+    parser.add_argument(
+        "--slurm", type=int, metavar="N", help="also run N shards through the local Slurm and locally"
+    )
     args = parser.parse_args()
     rows = [measure(n, args.keep) for n in args.shards]
+    slurm = through_slurm(args.slurm) if args.slurm else None
     goals = {1000: 30, 10000: 30, 100000: 300}
     for r in rows:
         worst = max(r["fresh_s"], r["finished_s"])
@@ -280,7 +329,7 @@ def main() -> None:
         jobs = r["slurm_jobs_total"]
         verdict = "met" if jobs <= 1000 else "NOT met"
         print(f"{'':>7} per-shard stages: {jobs} Slurm jobs: {verdict}")
-    harness.write_results("scale", {"args": vars(args), "rows": rows})
+    harness.write_results("scale", {"args": vars(args), "rows": rows, "through_slurm": slurm})
 
 
 if __name__ == "__main__":

@@ -181,6 +181,20 @@ def list_entries(kind):
     return [*(batch_file(TOK, s) for s in shards), *imported], prefixes
 
 
+def get_list_chunk_inputs(wildcards):
+    """What a list chunk waits for: the batch job (or imported prefix) of each of its lines, once."""
+    waits = lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk)
+    return list(dict.fromkeys(waits))
+
+
+def get_tokenize_corpus(wildcards):
+    """What a tokenize batch reads: its filter batch's manifest (the kept shards are not declared outputs),
+    or the ingested shards without dedup."""
+    if config["dedup"]["enabled"]:
+        return f"{DEDUP}/_batches/{wildcards.group}.{wildcards.batch}.json"
+    return get_batch_shards(wildcards)
+
+
 # A list's chunks live beside what it lists (docs/reruns.md): deleting a stage's directory deletes its lists.
 LISTED = {"signatures": f"{DEDUP_WORK}/sig", "corpus": CORPUS, "tokenized": TOK}
 LIST_KIND = {path.removeprefix(f"{OUT}/"): kind for kind, path in LISTED.items()}

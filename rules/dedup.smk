@@ -37,7 +37,8 @@ rule dedup_signatures:
             inputs=[SHARD_FILE, f"{DEDUP_WORK}/params.json"],
             outputs=[SIG_FILE],
             member_log=f"{LOGS}/dedup/signatures/{SHARD_T}.log",
-            command=["dedup-signatures", "--input", SHARD_FILE, "--params", f"{DEDUP_WORK}/params.json", "--output", SIG_FILE],
+            command=["dedup-signatures", "--input", SHARD_FILE, "--output", SIG_FILE]
+            + ["--params", f"{DEDUP_WORK}/params.json"],
         ),
     threads: threads_by_size(config["dedup"]["threads"], 64)
     resources:

@@ -43,7 +43,7 @@ rule ingest_stats:
 # in their directory (see LISTED).
 rule list_chunk:
     input:
-        lambda wildcards: list(dict.fromkeys(lists.chunk_of(list_entries(LIST_KIND[wildcards.listed])[0], wildcards.chunk))),
+        get_list_chunk_inputs,
     output:
         f"{OUT}/{{listed}}/_lists/{{chunk}}.txt",
     log:

@@ -65,8 +65,7 @@ rule train_hf_tokenizer:
 # its outputs changed.
 rule tokenize:
     input:
-        # The filter's batch (its shards are not declared outputs), or the ingested shards without dedup.
-        corpus=lambda wildcards: f"{DEDUP}/_batches/{BATCH}.json" if config["dedup"]["enabled"] else get_batch_shards(wildcards),
+        corpus=get_tokenize_corpus,
         model=TOKENIZER,
         merges=TOKENIZER_MERGES,
     output:
