@@ -45,7 +45,8 @@ if not workflow.remote_exec:
     asked = lambda: "plan" in workflow.dag_settings.targets
     show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
     logging.getLogger("snakemake.logging").addHandler(show_plan)
-    if not workflow.local_exec:  # a cluster profile: a dry run ends with the jobs it would submit
+    # A Slurm profile (it gives a default partition): a dry run ends with the Slurm jobs it would submit.
+    if "slurm_partition" in workflow.resource_settings.default_resources.keys():
         logging.getLogger("snakemake.logging").addHandler(SlurmPlan(lambda rule: rule in workflow._localrules))
 
 
