@@ -46,7 +46,8 @@ if not workflow.remote_exec:
     show_plan = show_when_done(f"{OUT}/plan.md", NOTHING_TO_BE_DONE_MSG, asked)
     logging.getLogger("snakemake.logging").addHandler(show_plan)
     # A Slurm profile (it gives a default partition): a dry run ends with the Slurm jobs it would submit.
-    if "slurm_partition" in workflow.resource_settings.default_resources.keys():
+    defaults = workflow.resource_settings.default_resources
+    if defaults is not None and "slurm_partition" in defaults.keys():
         logging.getLogger("snakemake.logging").addHandler(SlurmPlan(lambda rule: rule in workflow._localrules))
 
 
