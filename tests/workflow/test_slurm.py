@@ -173,18 +173,19 @@ def _batches(shards: set[str] | list[str], per_job: int = 4) -> dict[tuple[str, 
     return found
 
 
-def _kill_after_a_member(state: Path, stop: threading.Event) -> list[str]:
-    """Wait until the batch job that keeps ``state`` has recorded a finished member; SIGKILL the job's
-    process. Returns the members it had recorded."""
+def _kill_after_a_member(root: Path, state: str, stop: threading.Event) -> list[str]:
+    """Wait until the batch job that keeps ``state`` (relative to ``root``) has recorded a finished member;
+    SIGKILL the job's process. Returns the members it had recorded."""
     while not stop.is_set():
-        recorded = orjson.loads(state.read_bytes())["members"] if state.exists() else {}
+        path = root / state
+        recorded = orjson.loads(path.read_bytes())["members"] if path.exists() else {}
         if recorded:
             for proc in psutil.process_iter(["cmdline"]):
                 cmdline = " ".join(proc.info["cmdline"] or [])
-                if "workflow_scripts batch" in cmdline and str(state) in cmdline:
+                if "workflow_scripts batch" in cmdline and f"--state {state}" in cmdline:
                     proc.kill()
                     return sorted(recorded)
-        time.sleep(0.02)
+        time.sleep(0.005)
     return []
 
 
@@ -207,11 +208,11 @@ def test_a_batch_job_killed_after_a_member_costs_only_the_rest(slurm_cluster, wo
     assert len(batch) >= 3, _batches(shards)
     for state in (tok / "_batches").glob("*.state"):  # every member redone when the jobs are forced
         state.unlink()
-    state = tok / "_batches" / f"{group}.{number}.state"
+    state = f"results/tokenized/_batches/{group}.{number}.state"
 
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        watcher = pool.submit(_kill_after_a_member, state, stop)
+        watcher = pool.submit(_kill_after_a_member, workflow.root, state, stop)
         failed = workflow.run(target, "--profile", "profiles/slurm-local", "--forcerun", "tokenize", *small)
         stop.set()
         finished = watcher.result()
