@@ -181,8 +181,9 @@ def _kill_after_a_member(root: Path, state: str, stop: threading.Event) -> list[
         recorded = orjson.loads(path.read_bytes())["members"] if path.exists() else {}
         if recorded:
             for proc in psutil.process_iter(["cmdline"]):
-                cmdline = " ".join(proc.info["cmdline"] or [])
-                if "workflow_scripts batch" in cmdline and f"--state {state}" in cmdline:
+                argv = proc.info["cmdline"] or []  # the batch's Python, not the shell that started it
+                python = argv[:1] and "python" in argv[0] and argv[1:4] == ["-m", "workflow_scripts", "batch"]
+                if python and f"--state {state}" in " ".join(argv):
                     proc.kill()
                     return sorted(recorded)
         time.sleep(0.005)
