@@ -107,7 +107,7 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     """Every stage (the sample, ingest checkpoints, dedup's scatter and gather, tokenize, count, the plan,
     slicing and merging) as real Slurm jobs; the packs are byte for byte those of a local run."""
     small = ("--configfile", "config/sample.yaml", "small.yaml")
-    config = "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\n"
+    config = "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\nshards_per_job: 4\n"
     local = Workflow(tmp_path / "local")
     for wf in (workflow, local):
         (wf.root / "small.yaml").write_text(config)
@@ -132,8 +132,8 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     assert {f"rule_{r}" for r in [*expected, "merge_pack"]} <= rule_dirs, sorted(rule_dirs)
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
     assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
-    # ... the per-shard stages in one Slurm job per batch of up to 4 shards of a group (shards_per_job in
-    # profiles/slurm-local), each batch's manifest naming its shards
+    # ... the per-shard stages in one Slurm job per batch of up to 4 shards of a group (shards_per_job),
+    # each batch's manifest naming its shards
     shards = {p.name.split(".")[0] for p in (wf / "results" / "shards").glob("*/*_split_*.jsonl")}
     assert len(_batches(shards)) < len(shards)  # some Slurm jobs hold several shards
     for rule, folder in BATCH_DIRS.items():
@@ -165,7 +165,7 @@ BATCH_DIRS = {"dedup_signatures": "dedup/_work/sig", "dedup_filter": "dedup", "t
 
 
 def _batches(shards: set[str] | list[str], per_job: int = 4) -> dict[tuple[str, int], set[str]]:
-    """The shards of each batch job: ``per_job`` shards of a group (4 in profiles/slurm-local)."""
+    """The shards of each batch job: ``per_job`` shards of a group (4 in these tests)."""
     found: dict[tuple[str, int], set[str]] = {}
     for shard in shards:
         group, split = shard.rsplit("_split_", 1)
@@ -196,7 +196,7 @@ def test_a_batch_job_killed_after_a_member_costs_only_the_rest(slurm_cluster, wo
     fails, the member that finished keeps its outputs (untouched by the rerun), and a plain rerun redoes
     only the killed batch's other members, giving the same bytes as the first, local run."""
     small = ("--configfile", "config/sample.yaml", "small.yaml")
-    (workflow.root / "small.yaml").write_text(  # the local run in the batches of profiles/slurm-local
+    (workflow.root / "small.yaml").write_text(
         "sample: {scale: 0.3}\ntokenize: {threads: 1}\ningest: {shard_size: 40000}\nshards_per_job: 4\n"
     )
     target = "results/tokenized/stats.json"
