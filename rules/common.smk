@@ -8,7 +8,6 @@ import json
 import math
 import re
 import shlex
-from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -93,8 +92,7 @@ def group_shards(group):
 
 @functools.cache
 def _shard_files(outdir, mtime):
-    pattern = naming.shard_file_pattern(os.path.basename(outdir))
-    return tuple(sorted(f"{outdir}/{name}" for name in os.listdir(outdir) if pattern.fullmatch(name)))
+    return tuple(f"{outdir}/{name}" for name in batches.shard_files(outdir))
 
 
 def get_shards(wildcards=None):
@@ -109,7 +107,7 @@ def get_batch_shards(wildcards):
 
 def batch_file(stage_dir, shard):
     """The manifest of the batch job of ``stage_dir`` that covers ``shard``."""
-    return f"{stage_dir}/_batches/{naming.shard_group(shard)}.{batches.batch_of(shard, PER_BATCH)}.json"
+    return batches.manifest(stage_dir, naming.shard_group(shard), batches.batch_of(shard, PER_BATCH))
 
 
 def batch_bytes(wildcards):
@@ -135,9 +133,10 @@ def batch_args(stage_dir, inputs, outputs, member_log, command):
 
     def args(wildcards):
         fill = lambda items: [item.replace("{group}", wildcards.group) for item in items]
-        batch = f"{stage_dir}/_batches/{wildcards.group}.{wildcards.batch}"
+        manifest = batches.manifest(stage_dir, wildcards.group, wildcards.batch)
+        state = batches.manifest(stage_dir, wildcards.group, wildcards.batch, ".state")
         options = ["--shards-dir", f"{SHARDS}/{wildcards.group}", "--batch", wildcards.batch]
-        options += ["--per-batch", str(PER_BATCH), "--manifest", f"{batch}.json", "--state", f"{batch}.state"]
+        options += ["--per-batch", str(PER_BATCH), "--manifest", manifest, "--state", state]
         options += ["--member-log", *fill([member_log])]
         options += [x for path in fill(inputs) for x in ("--input", path)]
         options += [x for path in fill(outputs) for x in ("--output", path)]
@@ -191,7 +190,7 @@ def get_tokenize_corpus(wildcards):
     """What a tokenize batch reads: its filter batch's manifest (the kept shards are not declared outputs),
     or the ingested shards without dedup."""
     if config["dedup"]["enabled"]:
-        return f"{DEDUP}/_batches/{wildcards.group}.{wildcards.batch}.json"
+        return batches.manifest(DEDUP, wildcards.group, wildcards.batch)
     return get_batch_shards(wildcards)
 
 

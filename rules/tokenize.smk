@@ -83,7 +83,7 @@ rule tokenize:
             command=["tokenize", "--input", CORPUS_FILE, "--output-prefix", f"{TOK}/{SHARD_T}"]
             + ["--tokenizer-model", TOKENIZER, *shlex.split(TOKENIZE_ARGS), *shlex.split(TOKENIZER_OPTS)],
         ),
-    threads: threads_by_size(config["tokenize"]["threads"], 64)  # one thread per 16 batches of 4 MB
+    threads: threads_by_size(config["tokenize"]["threads"], 64)  # one thread per 64 MB of its shards
     resources:
         runtime=runtime_by_size(300),
     conda:

@@ -109,9 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, command = parse(argv)
     if not command:
         raise UserError("give the member's command after `--`")
-    group = os.path.basename(os.path.normpath(args.shards_dir))
-    pattern = naming.shard_file_pattern(group)
-    names = [naming.shard_stem(f) for f in os.listdir(args.shards_dir) if pattern.fullmatch(f)]
+    names = [naming.shard_stem(f) for f in batches.shard_files(args.shards_dir)]
     chosen = batches.members(names, args.batch, args.per_batch)
     if not chosen:
         raise UserError(f"{args.shards_dir}: no shard in batch {args.batch} of {args.per_batch}")

@@ -11,7 +11,6 @@ from workflow_scripts.core import batches
 
 def test_batches_are_runs_of_split_numbers() -> None:
     names = [f"en_web_cc_split_{i:04d}.jsonl" for i in (0, 1, 2, 3, 4, 9)]
-    assert batches.group_batches(names, 2) == [0, 1, 2, 4]
     assert batches.members(names, "1", 2) == names[2:4]
     assert batches.members(reversed(names), 4, 2) == [names[-1]]
     assert batches.batch_of("/x/en_web_cc_split_0401.jsonl.zst", 400) == 1

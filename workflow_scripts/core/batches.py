@@ -26,9 +26,15 @@ def batch_of(shard: str, per_batch: int) -> int:
     return int(naming.parse_shard(shard)["split"]) // per_batch
 
 
-def group_batches(shards: Iterable[str], per_batch: int) -> list[int]:
-    """The batches a group's shards fall in, in order."""
-    return sorted({batch_of(s, per_batch) for s in shards})
+def shard_files(folder: str) -> list[str]:
+    """The names of the shard files in a group's ingest folder (named by the group), in order."""
+    pattern = naming.shard_file_pattern(os.path.basename(os.path.normpath(folder)))
+    return sorted(name for name in os.listdir(folder) if pattern.fullmatch(name))
+
+
+def manifest(stage_dir: str, group: str, batch: int | str, suffix: str = ".json") -> str:
+    """A batch job's manifest (``.json``, its declared output) or record (``.state``) in ``stage_dir``."""
+    return f"{stage_dir}/_batches/{group}.{batch}{suffix}"
 
 
 def members(shards: Iterable[str], batch: int | str, per_batch: int) -> list[str]:
