@@ -165,3 +165,39 @@ def test_plan_charts_without_a_time_estimate(tmp_path: Path) -> None:
         assert (tmp_path / f"{chart}.png").read_bytes().startswith(b"\x89PNG"), chart
     assert pd.read_csv(tmp_path / "schedule.csv")["wall_hours"].isna().all()
     assert NO_ESTIMATE in (tmp_path / "index.html").read_text()
+
+
+def test_the_epochs_chart_of_many_sources_has_a_row_per_group(tmp_path: Path) -> None:
+    """Beyond MAX_SOURCE_ROWS sources (a real delivery has 100,000), the epochs chart draws a row per
+    group: the highest epochs of its sources, and how many there are; the image stays small."""
+    groups = {"en_web_a": 50, "de_news_a": 30}
+    names = [f"{g}_split_{i:04d}" for g, n in groups.items() for i in range(n)]
+    lengths = {name: np.full(3 + k % 5, 100, dtype=np.int32) for k, name in enumerate(names)}
+    signature = [
+        {
+            "prefix": n,
+            "name": n,
+            "lang": n[:2],
+            "domain": n[3:].split("_")[0],
+            "tokens": int(lengths[n].sum()),
+        }
+        for n in names
+    ]
+    config = {
+        "seed": 1,
+        "training": {"seq_length": 128, "global_batch_size": 4},
+        "datapacks": {
+            "max_iters_per_pack": 50,
+            "phases": [{"name": "main", "tokens": 40_000, "mixture": "main"}],
+        },
+        "mixtures": {"main": {"lang_prob": {"en": 0.5, "de": 0.5}}},
+    }
+    plan = make_plan(PlanSettings.from_config(config), signature, lengths.__getitem__)
+    assert len(names) > plan_charts.MAX_SOURCE_ROWS
+    chart = plan_charts.epochs(plan)
+    table = chart.table.set_index("group")
+    assert table["sources"].to_dict() == groups
+    highest = {g: max(e for s, e in plan["final_epochs"].items() if s.startswith(g)) for g in groups}
+    assert table["main"].to_dict() == pytest.approx(highest)
+    assert table["read_again"].to_dict() == {g: e > 1 for g, e in highest.items()}
+    assert chart.figure.get_figheight() < 5

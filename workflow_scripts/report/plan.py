@@ -8,8 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.core import naming
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.report.charts import Chart, colors, figure
+
+MAX_SOURCE_ROWS = (
+    60  # the epochs chart's rows are groups beyond this many sources (100,000 rows cannot be drawn)
+)
 
 
 def slices(plan: dict[str, Any]) -> pd.DataFrame:
@@ -52,7 +57,8 @@ def stacked_tokens(plan: dict[str, Any], key: str) -> Chart:
 
 
 def epochs(plan: dict[str, Any]) -> Chart:
-    """Epochs read of every source after each phase (cumulative); above 1 a source is read again (red)."""
+    """Epochs read of every source after each phase (cumulative); above 1 a source is read again (red).
+    Beyond ``MAX_SOURCE_ROWS`` sources, a row per group: its sources' highest epochs, and their number."""
     rows = []
     cumulative: dict[str, float] = {}
     phases = list(dict.fromkeys(p["phase"] for p in plan["packs"]))
@@ -62,6 +68,11 @@ def epochs(plan: dict[str, Any]) -> Chart:
                 cumulative[s["source"]] = s["epochs_after"]
         rows += [{"source": src, "phase": phase, "epochs": e} for src, e in sorted(cumulative.items())]
     table = pd.DataFrame(rows).pivot(index="source", columns="phase", values="epochs")[phases].fillna(0.0)
+    sources = None
+    if len(table) > MAX_SOURCE_ROWS:
+        groups = pd.Index([naming.parse_shard(s)["group"] for s in table.index], name="group")
+        sources = table.groupby(groups).size()
+        table = table.groupby(groups).max()
     fig, (ax,) = figure(9, max(3.0, 0.28 * len(table) + 1.2))
     values = table.to_numpy()
     rgb = np.where(values[..., None] > 1, [0.86, 0.24, 0.2], [0.35, 0.55, 0.8])
@@ -72,11 +83,15 @@ def epochs(plan: dict[str, Any]) -> Chart:
     ax.grid(False)
     for (i, j), value in np.ndenumerate(values):
         ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
-    ax.set_title("epochs read after each phase (red: more than one)")
+    per = "" if sources is None else ", highest of each group's sources"
+    ax.set_title(f"epochs read after each phase{per} (red: more than one)")
+    if sources is not None:
+        table.insert(0, "sources", sources)
     table = table.reset_index()
     table.columns.name = None
     table["read_again"] = values.max(axis=1) > 1
-    return Chart("epochs", "Epochs read of each source, per phase", fig, table)
+    what = "source" if sources is None else "group (highest of its sources)"
+    return Chart("epochs", f"Epochs read of each {what}, per phase", fig, table)
 
 
 def mixture_shares(plan: dict[str, Any], mixtures: dict[str, dict[str, Any]]) -> Chart:
