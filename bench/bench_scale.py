@@ -71,7 +71,7 @@ def make_workflow(root: Path, n: int) -> None:
     raw.mkdir()
     for i in range(n):
         lang, domain = GROUPS[i % len(GROUPS)]
-        rng = random.Random(i)  # distinct documents (dedup's normalization maps digits to 0): dedup keeps them
+        rng = random.Random(i)  # distinct letters (dedup maps digits to 0): dedup keeps every document
         text = " ".join("".join(rng.choices(string.ascii_lowercase, k=6)) for _ in range(120))
         (raw / f"{lang}_{domain}_s_part-{i:06d}.jsonl").write_bytes(
             orjson.dumps({"id": f"d{i}", "text": text}) + b"\n"
