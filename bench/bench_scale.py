@@ -321,8 +321,13 @@ def main() -> None:
         "--slurm", type=int, metavar="N", help="also run N shards through the local Slurm and locally"
     )
     args = parser.parse_args()
-    rows = [measure(n, args.keep) for n in args.shards]
-    slurm = through_slurm(args.slurm) if args.slurm else None
+    rows: list[dict] = []
+    slurm = None
+    for n in args.shards:  # written after each size: a long run's finished sizes are kept
+        rows.append(measure(n, args.keep))
+        harness.write_results("scale", {"args": vars(args), "rows": rows, "through_slurm": slurm})
+    if args.slurm:
+        slurm = through_slurm(args.slurm)
     goals = {1000: 30, 10000: 30, 100000: 300}
     for r in rows:
         worst = max(r["fresh_s"], r["finished_s"])
