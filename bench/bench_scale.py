@@ -26,6 +26,8 @@ shards.
     .venv/bin/python bench/bench_scale.py                      # 1000, 10000 (about 10 minutes)
     .venv/bin/python bench/bench_scale.py --shards 1000 10000 100000
     .venv/bin/python bench/bench_scale.py --shards 1000 --slurm 2000   # and 2,000 shards through Slurm
+    .venv/bin/python bench/bench_scale.py --shards 100000 --keep           # keep the tree (an hour to build)
+    .venv/bin/python bench/bench_scale.py --shards 100000 --reuse          # measure it again (minutes)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import random
 import re
 import shutil
 import string
+import subprocess
 import time
 from pathlib import Path
 
@@ -200,40 +203,67 @@ def dry_run(root: Path, *extra: str) -> harness.Measured:
     return harness.run_child([*SNAKEMAKE, "-n", "--quiet", "--cores", "2", *extra], cwd=root, sample_rss=True)
 
 
-def slurm_jobs(root: Path) -> dict[str, dict[str, int]]:
+def slurm_jobs(root: Path) -> tuple[dict[str, dict[str, int]], list[dict[str, object]]]:
     """Per per-shard stage, the Slurm jobs `snakemake -n --profile profiles/lumi` would submit were they all
-    to rerun (``--forcerun``; twice: a rerun clustering hides the jobs after it until it ran):
-    the table that ends its output."""
+    to rerun (``--forcerun``; twice: a rerun clustering hides the jobs after it until it ran): the table
+    that ends its output; and per dry run, its Slurm jobs next to its DAG's jobs."""
     env = {**os.environ, "SNAKEPACK_SLURM_ACCOUNT": "bench"}
     rows: dict[str, list[str]] = {}
+    plans: list[dict[str, object]] = []
     for forced in (["dedup_signatures"], ["dedup_filter", "tokenize"]):
         args = ("-n", "--quiet", "rules", "--profile", "profiles/lumi", "--forcerun", *forced)
         cmd = [*SNAKEMAKE, "--configfile", "config/sample.yaml", "scale.yaml", *args]
         out = harness.run_child(cmd, cwd=root, env=env).output
         lines = out[out.index("Slurm jobs this run would submit") :].splitlines()[2:]
         rows |= {cells[0]: cells[1:] for cells in map(str.split, lines) if cells and cells[0] in forced}
-    return {rule: {"slurm_jobs": int(row[0])} for rule, row in rows.items()}
+        jobs = re.search(r"(\d+) Slurm jobs and (\d+) local jobs: the plan's (\d+) jobs", out)
+        plans.append({"forced": forced, "slurm_jobs": int(jobs[1]), "dag_jobs": int(jobs[3])})
+    return {rule: {"slurm_jobs": int(row[0])} for rule, row in rows.items()}, plans
 
 
-def measure(n: int, keep: bool) -> dict[str, float]:
+def fresh_again(root: Path) -> harness.Measured:
+    """The dry run fresh after ingest, again: in a new copy of the workflow beside a kept finished tree, with
+    its raw files and ingested shards (hard links)."""
+    fresh = root.with_name(f"{root.name}_fresh")
+    harness.copy_workflow(fresh)
+    for part in ("raw", "results/shards"):
+        (fresh / part).parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-al", str(root / part), str(fresh / part)], check=True)
+    shutil.copy2(root / "scale.yaml", fresh)
+    measured = snakemake(fresh, "-n", "--quiet")
+    shutil.rmtree(fresh)
+    return measured
+
+
+def measure(n: int, keep: bool, reuse: bool) -> dict[str, float]:
     print(f"== {n} shards", flush=True)
     root = harness.WORK / "scale" / str(n)
-    make_workflow(root, n)
-    ingest = snakemake(root, "--until", "ingest", "--quiet")
-    print(f"  ingest (12 jobs, real): {ingest.wall:.1f} s", flush=True)
-    fresh = snakemake(root, "-n", "--quiet")
+    if reuse and (root / "results" / "plan.json").is_file():
+        print("  a kept finished tree, with the workflow's current files", flush=True)
+        harness.refresh_workflow(root)
+        fresh = fresh_again(root)
+    else:
+        make_workflow(root, n)
+        ingest = snakemake(root, "--until", "ingest", "--quiet")
+        print(f"  ingest (12 jobs, real): {ingest.wall:.1f} s", flush=True)
+        fresh = snakemake(root, "-n", "--quiet")
     print(f"  snakemake -n, fresh after ingest: {fresh.wall:.1f} s, {fresh.rss_mib:.0f} MiB", flush=True)
-    finish_per_shard_steps(root)
-    rest = snakemake(root, "--quiet")
-    print(f"  count, plan, slicing, merging (real): {rest.wall:.1f} s", flush=True)
+    if not (root / "results" / "plan.json").is_file():
+        finish_per_shard_steps(root)
+        rest = snakemake(root, "--quiet")
+        print(f"  count, plan, slicing, merging (real): {rest.wall:.1f} s", flush=True)
     finished = snakemake(root, "-n")
     assert "Nothing to be done" in finished.output, finished.output[-2000:]
     print(f"  snakemake -n, finished: {finished.wall:.1f} s, {finished.rss_mib:.0f} MiB", flush=True)
-    slurm = slurm_jobs(root)
+    slurm, plans = slurm_jobs(root)
     print(
         f"  Slurm jobs of the per-shard stages under profiles/lumi (a forced rerun of them): {slurm}",
         flush=True,
     )
+    for p in plans:
+        print(
+            f"    --forcerun {' '.join(p['forced'])}: {p['slurm_jobs']} Slurm jobs, {p['dag_jobs']} DAG jobs"
+        )
     group = sorted((root / "results" / "shards").glob("*/*_split_*.jsonl"))[0].parent.name
     job = f"tokenize:group={group},batch=0"
     remote = ("--target-jobs", job, "--allowed-rules", "tokenize", "--mode", "remote", "--nolock", "-n")
@@ -263,6 +293,7 @@ def measure(n: int, keep: bool) -> dict[str, float]:
         "slurm_job_start_s": round(slurm_job.wall, 2),
         "slurm_jobs": slurm,
         "slurm_jobs_total": sum(r["slurm_jobs"] for r in slurm.values()),
+        "forced_dry_runs": plans,
         "snakemake_import_s": round(version.wall, 2),
         "plain_jobs": 3 * n + 1,
         "plain_fresh_s": round(plain_fresh.wall, 2),
@@ -318,13 +349,16 @@ def main() -> None:
     parser.add_argument("--shards", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--keep", action="store_true", help="keep the workflow trees (bench/_work/scale/N)")
     parser.add_argument(
+        "--reuse", action="store_true", help="measure a kept finished tree again instead of building it"
+    )
+    parser.add_argument(
         "--slurm", type=int, metavar="N", help="also run N shards through the local Slurm and locally"
     )
     args = parser.parse_args()
     rows: list[dict] = []
     slurm = None
     for n in args.shards:  # written after each size: a long run's finished sizes are kept
-        rows.append(measure(n, args.keep))
+        rows.append(measure(n, args.keep, args.reuse))
         harness.write_results("scale", {"args": vars(args), "rows": rows, "through_slurm": slurm})
     if args.slurm:
         slurm = through_slurm(args.slurm)

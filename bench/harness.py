@@ -51,6 +51,19 @@ def copy_workflow(root: Path) -> None:
     Workflow(root)
 
 
+def refresh_workflow(root: Path) -> None:
+    """Copy the workflow's current files over those of a kept copy in ``root``; its results stay."""
+    from tests.utils import WORKFLOW_FILES
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
+    for name in WORKFLOW_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=ignore, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, root / name)
+
+
 # ---------------------------------------------------------------- timing
 
 

@@ -101,8 +101,14 @@ def get_shards(wildcards=None):
 
 
 def get_batch_shards(wildcards):
-    """The ingested shards of a batch job."""
-    return batches.members(group_shards(wildcards.group), wildcards.batch, PER_BATCH)
+    """The ingested shards of a batch job (a group's batches are split once per version of its folder)."""
+    outdir = checkpoints.ingest.get(group=wildcards.group).output[0]
+    return list(_group_batches(outdir, os.stat(outdir).st_mtime_ns).get(int(wildcards.batch), []))
+
+
+@functools.cache
+def _group_batches(outdir, mtime):
+    return batches.by_batch(_shard_files(outdir, mtime), PER_BATCH)
 
 
 def batch_file(stage_dir, shard):
@@ -162,16 +168,22 @@ def get_batch_assignments(wildcards):
 def list_entries(kind):
     """(the files a chunk of ``kind`` waits for, the lines its list holds), a pair for every shard (a batch's
     manifest, repeated for each of its shards: a chunk keeps one of each): in a cluster job
-    only for the rules that list them (upstream gathers are done there; 100,000 shards would cost every job)."""
+    only for the rules that list them (upstream gathers are done there; 100,000 shards would cost every job).
+    Built once per version of the shard folders: every chunk asks for it (100 chunks of 100,000 shards)."""
     listing = ("list_chunk", "signatures_list") if kind == "signatures" else ("list_chunk", "corpus_list", "tokenized_list")
     if workflow.remote_exec and not any(t.rulename in listing for t in workflow.dag_settings.target_jobs):
         return [], []
-    shards = get_shards() if GROUPS else []
+    if kind != "signatures" and GROUPS and config["dedup"]["enabled"]:
+        checkpoints.dedup_cluster.get()  # the tokenizer reads the deduplicated shards (same names)
+    return _list_entries(kind, tuple(group_shards(group) for group in GROUPS))
+
+
+@functools.cache
+def _list_entries(kind, groups):  # groups: each group's cached shard tuple (a new tuple per folder version)
+    shards = [shard for group in groups for shard in group]
     if kind == "signatures":
         signatures = [f"{DEDUP_WORK}/sig/{naming.shard_stem(s)}.sig" for s in shards]
         return [batch_file(f"{DEDUP_WORK}/sig", s) for s in shards], signatures
-    if GROUPS and config["dedup"]["enabled"]:
-        checkpoints.dedup_cluster.get()  # the tokenizer reads the deduplicated shards (same names)
     corpus = [f"{CORPUS}/{naming.shard_group(s)}/{os.path.basename(s)}" for s in shards]
     if kind == "corpus":
         return ([batch_file(DEDUP, s) for s in shards] if config["dedup"]["enabled"] else corpus), corpus

@@ -14,6 +14,7 @@ def test_batches_are_runs_of_split_numbers() -> None:
     assert batches.members(names, "1", 2) == names[2:4]
     assert batches.members(reversed(names), 4, 2) == [names[-1]]
     assert batches.batch_of("/x/en_web_cc_split_0401.jsonl.zst", 400) == 1
+    assert batches.by_batch(reversed(names), 2) == {0: names[:2], 1: names[2:4], 2: [names[4]], 4: [names[5]]}
 
 
 def test_a_record_is_current_until_a_file_or_the_recipe_changes(tmp_path: Path) -> None:

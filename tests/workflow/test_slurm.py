@@ -320,6 +320,11 @@ def test_a_lumi_dry_run_shows_the_batch_jobs_and_their_sizes(workflow):
         assert table["dedup_signatures"] == [str(len(batches)), "16", "32000", str(runtime)], table
         assert table["dedup_cluster"][:3] == ["1", "16", "120000"]
         assert table["total"][0] == str(sum(int(row[0]) for rule, row in table.items() if rule != "total"))
+        jobs = re.search(r"(\d+) Slurm jobs and (\d+) local jobs: the plan's (\d+) jobs", plan.output)
+        snakemakes = re.search(r"^total\s+(\d+)\s*$", plan.output, re.M)  # its job stats come first
+        assert jobs and snakemakes and (jobs[1], jobs[3]) == (table["total"][0], snakemakes[1]), tail(
+            plan.output
+        )
     assert max(map(len, batches.values())) == 2 < len(shards)
 
 

@@ -39,7 +39,15 @@ def manifest(stage_dir: str, group: str, batch: int | str, suffix: str = ".json"
 
 def members(shards: Iterable[str], batch: int | str, per_batch: int) -> list[str]:
     """The shards (names or files, as given) of batch ``batch``, in order."""
-    return sorted(s for s in shards if batch_of(s, per_batch) == int(batch))
+    return by_batch(shards, per_batch).get(int(batch), [])
+
+
+def by_batch(shards: Iterable[str], per_batch: int) -> dict[int, list[str]]:
+    """The shards (names or files, as given) of each batch, in order: one pass for every batch of a group."""
+    found: dict[int, list[str]] = {}
+    for s in sorted(shards):
+        found.setdefault(batch_of(s, per_batch), []).append(s)
+    return found
 
 
 def identity(paths: Sequence[str]) -> Identity | None:

@@ -67,15 +67,21 @@ class SlurmPlan(logging.Handler):
         super().__init__()
         self.is_local = is_local
         self.rows: dict[str, RuleRow] = {}
+        self.local_jobs = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         event = getattr(record, "event", None)
-        if event == LogEvent.JOB_INFO and not self.is_local(record.rule_name):
+        if event == LogEvent.JOB_INFO and self.is_local(record.rule_name):
+            self.local_jobs += 1
+        elif event == LogEvent.JOB_INFO:
             resources = {**dict(record.resources.items()), "_cores": record.threads}
             self.rows.setdefault(record.rule_name, RuleRow()).add(resources)
         elif record.getMessage().startswith(DRY_RUN_DONE) and self.rows:
+            slurm = sum(r.slurm_jobs for r in self.rows.values())
+            local = self.local_jobs
             print(
                 "Slurm jobs this run would submit (the jobs known now: those after a checkpoint join once"
-                f" it ran):\n{table(self.rows)}",
+                f" it ran):\n{table(self.rows)}\n"
+                f"{slurm} Slurm jobs and {local} local jobs: the plan's {slurm + local} jobs",
                 flush=True,
             )
