@@ -53,6 +53,8 @@ def copy_workflow(root: Path) -> None:
 
 def refresh_workflow(root: Path) -> None:
     """Copy the workflow's current files over those of a kept copy in ``root``; its results stay."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from tests.utils import WORKFLOW_FILES
 
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake")
