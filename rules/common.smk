@@ -84,10 +84,15 @@ CORPUS_FILE = f"{CORPUS}/{{group}}/{SHARD_T}{SHARD_EXT}"
 TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
 
 
-def group_shards(group):
-    """A group's ingested shard files, once its ingest checkpoint ran (listed once per version of its folder)."""
+def group_folder(group):
+    """A group's ingest folder and its version (mtime), once its ingest checkpoint ran: the caches' key."""
     outdir = checkpoints.ingest.get(group=group).output[0]
-    return _shard_files(outdir, os.stat(outdir).st_mtime_ns)
+    return outdir, os.stat(outdir).st_mtime_ns
+
+
+def group_shards(group):
+    """A group's ingested shard files (listed once per version of its folder)."""
+    return _shard_files(*group_folder(group))
 
 
 @functools.cache
@@ -102,8 +107,7 @@ def get_shards(wildcards=None):
 
 def get_batch_shards(wildcards):
     """The ingested shards of a batch job (a group's batches are split once per version of its folder)."""
-    outdir = checkpoints.ingest.get(group=wildcards.group).output[0]
-    return list(_group_batches(outdir, os.stat(outdir).st_mtime_ns).get(int(wildcards.batch), []))
+    return list(_group_batches(*group_folder(wildcards.group)).get(int(wildcards.batch), []))
 
 
 @functools.cache

@@ -12,9 +12,8 @@ from workflow_scripts.core import naming
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.report.charts import Chart, colors, figure
 
-MAX_SOURCE_ROWS = (
-    60  # the epochs chart's rows are groups beyond this many sources (100,000 rows cannot be drawn)
-)
+# Beyond this many sources the epochs chart's rows are groups (100,000 rows cannot be drawn).
+MAX_SOURCE_ROWS = 60
 
 
 def slices(plan: dict[str, Any]) -> pd.DataFrame:
