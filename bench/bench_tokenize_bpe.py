@@ -9,7 +9,9 @@ with the same tokenizer and threads.
    Llama 3's split pattern, a template BOS ``<|begin_of_text|>``, ``eos_token`` ``<|end_of_text|>``.
 3. Interleaved rounds (best of ``--repeats``; ``--workers`` threads; the CLI's 4 MB batches): ``tokenizers``
    ``encode_batch_fast`` (template BOS added), gigatoken ``encode_batch`` (a fresh engine each round, so its
-   pretoken cache starts cold), and the CLI from jsonl to ``.bin/.idx`` (EOD appended).
+   pretoken cache starts cold), and the CLI from jsonl to ``.bin/.idx`` (EOD appended): with its default
+   engine (gigatoken where exact) and with ``--engine memo`` (the unit memo over the ``tokenizers`` library,
+   what a tokenizer gigatoken does not serve gets; its files must equal the default's).
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
    sources of ``../shared/trainers``: its bytes must equal ours (every document's ids). Without it
    (``--no-megatron``), every document is checked against ``tokenizers``' ids instead.
@@ -36,11 +38,9 @@ import numpy as np
 import orjson
 from harness import Measured
 
+from workflow_scripts.tokens.byte_memo import LLAMA3_SPLIT
+
 WORK = harness.WORK / "tokenize_bpe"
-LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-    r"|\s+(?!\S)|\s+"
-)
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>"]
 
 
@@ -102,9 +102,10 @@ def gigatoken_encode(model: Path, batches: list[list[str]]) -> Measured:
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
-def cli(corpus: Path, model: Path, prefix: Path, workers: int) -> Measured:
+def cli(corpus: Path, model: Path, prefix: Path, workers: int, engine: str = "auto") -> Measured:
     cmd = harness.cli("tokenize", "--input", corpus, "--output-prefix", prefix, "--tokenizer-model", model)
     cmd += ["--append-eod", "--workers", str(workers), "--batch-mb", str(bench_tokenize.BATCH_MB)]
+    cmd += ["--engine", engine]
     return harness.run_child(cmd, sample_rss=True, cwd=harness.ROOT)
 
 
@@ -163,6 +164,7 @@ def main() -> int:
         "tokenizers_encode_batch": lambda: library_encode(model, batches),
         "gigatoken_encode_batch": lambda: gigatoken_encode(model, batches),
         "cli": lambda: cli(corpus, model, out / "ours", args.workers),
+        "cli_memo": lambda: cli(corpus, model, out / "memo", args.workers, "memo"),
     }
     runs: dict[str, list[Measured]] = {name: [] for name in steps}
     for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
@@ -175,8 +177,16 @@ def main() -> int:
     for base in ("gigatoken_encode_batch", "tokenizers_encode_batch"):
         harness.compare("tokenize CLI end to end (best)", mb / best["cli"], base, mb / best[base])
         res[f"ratio_cli_vs_{base}"] = round(best[base] / best["cli"], 3)
+    base = "tokenizers_encode_batch"
+    harness.compare("tokenize CLI, --engine memo (best)", mb / best["cli_memo"], base, mb / best[base])
+    res[f"ratio_cli_memo_vs_{base}"] = round(best[base] / best["cli_memo"], 3)
     stats = orjson.loads((out / "ours_text_document.stats.json").read_bytes())
     res["fast_encode"] = stats["fast_encode"]
+    res["memo"] = orjson.loads((out / "memo_text_document.stats.json").read_bytes())["fast_encode"]["memo"]
+    res["memo"]["same_files_as_cli"] = all(
+        (out / f"memo_text_document{e}").read_bytes() == (out / f"ours_text_document{e}").read_bytes()
+        for e in (".bin", ".idx")
+    )
     res["peak_rss_mb"] = int(max(m.rss_mib for m in runs["cli"]))
     log(f"engine: {stats['fast_encode']}")
     if args.no_megatron:

@@ -18,6 +18,7 @@ import zstandard
 
 from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
+from workflow_scripts.tokens.byte_memo import LLAMA3_SPLIT
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]
@@ -295,12 +296,6 @@ def hf_folder(root: Path, data_model: Path, **config) -> Path:
         shutil.copy(data_model, root / "vocab.json")
         shutil.copy(files.merges, root / "merges.txt")
     return root
-
-
-LLAMA3_SPLIT = (  # Llama 3's pre-tokenizer pattern
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-    r"|\s+(?!\S)|\s+"
-)
 
 
 def byte_level_bpe(folder: Path, texts: list[str], llama3: bool = False, vocab_size: int = 600) -> Path:

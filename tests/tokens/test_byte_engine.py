@@ -80,6 +80,8 @@ def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
     with tok.fast_encoding(True, 1, 0, 0) as engine:
         stats = tok.engine_stats(engine)
     assert stats["enabled"] and stats["engine"].startswith("gigatoken ") and "probe texts" in stats["why"]
+    assert stats["memo"] == {"enabled": False, "why": "gigatoken encodes whole documents (faster)"}
     with tok.fast_encoding(False, 1, 0, 0) as engine:
-        assert tok.engine_stats(engine) == {"enabled": False, "engine": "tokenizers", "why": "turned off"}
+        off = {"enabled": False, "why": "turned off"}
+        assert tok.engine_stats(engine) == {**off, "engine": "tokenizers", "memo": off}
     assert orjson.dumps(stats)

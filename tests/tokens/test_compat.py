@@ -44,7 +44,7 @@ def train(corpus: Path, prefix: Path, **options: object) -> Path:
     return prefix.with_suffix(".model")
 
 
-def ours(corpus: Path, model: Path, out: Path) -> bytes:
+def ours(corpus: Path, model: Path, out: Path, *options: str) -> bytes:
     argv = [
         "--input",
         str(corpus),
@@ -53,6 +53,7 @@ def ours(corpus: Path, model: Path, out: Path) -> bytes:
         "--tokenizer-model",
         str(model),
         "--append-eod",
+        *options,
     ]
     subprocess.run(
         [sys.executable, "-m", "workflow_scripts", "tokenize", *argv],
@@ -154,6 +155,7 @@ def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
     out = trainers.run(tool, args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ours(bpe_corpus, model, tmp_path / "ours") == read(f"{theirs}_text_document")
+    assert ours(bpe_corpus, model, tmp_path / "memo", "--engine", "memo") == read(f"{theirs}_text_document")
     from workflow_scripts.core.indexed_dataset import IndexedDataset
     from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 

@@ -29,6 +29,7 @@
 #define IDS_INLINE 6
 #define GROUP 32 /* units looked up together */
 #define PENDING UINT32_MAX /* ids_len of a unit scanned but not filled yet */
+#define WHOLE_ID INT32_MIN /* the one id of a unit whose documents are encoded whole (byte-level mode) */
 
 typedef struct {
     uint64_t hash;
@@ -81,14 +82,14 @@ typedef struct {
     uint32_t *pending[2]; /* entries to fill, per kind, in the order of ``firsts`` and ``laters`` */
     size_t n_pending[2], pending_cap[2];
     int filled, emitted;
-    PyObject *firsts, *laters;
+    PyObject *firsts, *laters, *missing;
 } UnitBatch;
 
 typedef struct {
     PyObject_HEAD
     Table young, old;
     size_t generation, max_unit_chars;
-    int first_apart, busy;
+    int first_apart, byte_level, busy;
     unsigned long long units, encoded, whole;
 } UnitMemo;
 
@@ -266,8 +267,27 @@ static int64_t table_add(Table *t, uint64_t h, int kind, const char *p, size_t n
     return (int64_t)e;
 }
 
-/* The end of the unit starting at ``i``. */
-static inline size_t unit_end(const char *s, size_t i, size_t n) {
+/* Whether a UTF-8 sequence starting with byte ``c`` is a character outside Unicode's White_Space for sure:
+ * printable ASCII, or a lead byte no White_Space character starts with (those start with C2, E1, E2, E3). */
+static inline int surely_not_space(unsigned char c) {
+    return (c >= 0x21 && c <= 0x7e) || (c >= 0xc3 && c <= 0xdf) || (c >= 0xe4 && c <= 0xf4);
+}
+
+/* The end of the unit starting at ``i``: SentencePiece's are `` *[^ ]+| +``; byte-level ones end before a
+ * space followed by a character surely not White_Space, where the known split patterns start a pretoken
+ * whatever the text before it. */
+static inline size_t unit_end(const char *s, size_t i, size_t n, int byte_level) {
+    if (byte_level) {
+        for (size_t k = i + 1; k < n; k++) {
+            const char *space = memchr(s + k, ' ', n - k);
+            if (!space)
+                return n;
+            k = (size_t)(space - s);
+            if (k + 1 < n && surely_not_space((unsigned char)s[k + 1]))
+                return k;
+        }
+        return n;
+    }
     while (i < n && s[i] == ' ')
         i++;
     const char *space = memchr(s + i, ' ', n - i);
@@ -328,6 +348,8 @@ static int scan_unit(UnitMemo *m, UnitBatch *b, size_t d, const char *s, size_t 
     }
     if (kind && en->ids_len == 0 && j < n)
         return 1; /* the model adds or strips the next unit's space, which that unit alone cannot tell */
+    if (en->ids_len == 1 && entry_ids(t, en)[0] == WHOLE_ID)
+        return 1;
     return push_ids(b, entry_ids(t, en), en->ids_len);
 }
 
@@ -349,7 +371,7 @@ static int scan_text(UnitMemo *m, UnitBatch *b, size_t d, const Text *text) {
     for (size_t i = 0; i < n;) {
         size_t g = 0;
         for (; g < GROUP && i < n; g++) {
-            size_t j = unit_end(s, i, n);
+            size_t j = unit_end(s, i, n, m->byte_level);
             starts[g] = i;
             hashes[g] = hash_unit(i == 0 && m->first_apart, s + i, j - i);
             if (young->n)
@@ -382,33 +404,104 @@ static int scan_text(UnitMemo *m, UnitBatch *b, size_t d, const Text *text) {
     return 0;
 }
 
-static PyObject *memo_scan(UnitMemo *m, PyObject *texts) {
-    if (m->busy) {
+/* A batch for ``count`` texts; NULL with an exception set. */
+static UnitBatch *new_batch(size_t count) {
+    UnitBatch *b = PyObject_New(UnitBatch, &UnitBatchType);
+    if (!b)
+        return NULL;
+    memset((char *)b + sizeof(PyObject), 0, sizeof(UnitBatch) - sizeof(PyObject));
+    b->docs = count;
+    b->doc_out = calloc(count + 1, sizeof(size_t));
+    b->doc_hole = calloc(count + 1, sizeof(size_t));
+    b->doc_flags = calloc(count + 1, 1);
+    if (!b->doc_out || !b->doc_hole || !b->doc_flags) {
+        Py_DECREF(b);
+        return (UnitBatch *)PyErr_NoMemory();
+    }
+    return b;
+}
+
+/* Scans ``utf8`` (the batch's texts) into ``b`` without the GIL; -1 with an exception set. */
+static int scan_all(UnitMemo *m, UnitBatch *b, const Text *utf8) {
+    int failed = 0;
+    m->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t d = 0; d < b->docs && !failed; d++)
+        failed = scan_text(m, b, d, &utf8[d]) < 0;
+    Py_END_ALLOW_THREADS
+    m->busy = 0;
+    if (failed) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->doc_out[b->docs] = b->out_len;
+    b->doc_hole[b->docs] = b->n_holes;
+    m->encoded += b->n_pending[0] + b->n_pending[1];
+    return 0;
+}
+
+/* The missing units of ``kind`` as a list of str. */
+static PyObject *unit_list(UnitBatch *b, int kind) {
+    PyObject *list = PyList_New((Py_ssize_t)b->n_pending[kind]);
+    for (size_t u = 0; list && u < b->n_pending[kind]; u++) {
+        const Entry *en = &b->table.entries[b->pending[kind][u]];
+        PyObject *unit = PyUnicode_DecodeUTF8(entry_key(&b->table, en) + 1, (Py_ssize_t)en->key_len - 1, "strict");
+        if (!unit)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, (Py_ssize_t)u, unit);
+    }
+    return list;
+}
+
+/* The missing units (kind 0) as one bytes object and their sizes (int64 bytes). */
+static PyObject *unit_blob(UnitBatch *b) {
+    size_t total = 0, count = b->n_pending[0];
+    for (size_t u = 0; u < count; u++)
+        total += b->table.entries[b->pending[0][u]].key_len - 1;
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    PyObject *sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * sizeof(int64_t)));
+    if (!blob || !sizes) {
+        Py_XDECREF(blob);
+        Py_XDECREF(sizes);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(blob);
+    int64_t *size = (int64_t *)PyBytes_AS_STRING(sizes);
+    for (size_t u = 0; u < count; u++) {
+        const Entry *en = &b->table.entries[b->pending[0][u]];
+        memcpy(out, entry_key(&b->table, en) + 1, en->key_len - 1);
+        out += en->key_len - 1;
+        size[u] = en->key_len - 1;
+    }
+    return Py_BuildValue("(NN)", blob, sizes);
+}
+
+static int check_idle(UnitMemo *m) {
+    if (m->busy)
         PyErr_SetString(PyExc_RuntimeError, "UnitMemo used by two threads at once");
+    return m->busy ? -1 : 0;
+}
+
+static PyObject *memo_scan(UnitMemo *m, PyObject *texts) {
+    if (check_idle(m) < 0)
+        return NULL;
+    if (m->byte_level) {
+        PyErr_SetString(PyExc_TypeError, "a byte-level memo scans UTF-8: scan_utf8(blob, sizes)");
         return NULL;
     }
     PyObject *seq = PySequence_Tuple(texts); /* the texts' UTF-8 stays alive while the GIL is released */
     if (!seq)
         return NULL;
     size_t count = (size_t)PyTuple_GET_SIZE(seq);
-    UnitBatch *b = PyObject_New(UnitBatch, &UnitBatchType);
-    if (!b) {
-        Py_DECREF(seq);
-        return NULL;
-    }
-    memset((char *)b + sizeof(PyObject), 0, sizeof(UnitBatch) - sizeof(PyObject));
+    UnitBatch *b = new_batch(count);
     Text *utf8 = calloc(count + 1, sizeof(Text));
-    if (!utf8) {
-        Py_DECREF(b);
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
+    if (!b || !utf8) {
+        if (b && !utf8)
+            PyErr_NoMemory();
+        goto error;
     }
-    b->docs = count;
-    b->doc_out = calloc(count + 1, sizeof(size_t));
-    b->doc_hole = calloc(count + 1, sizeof(size_t));
-    b->doc_flags = calloc(count + 1, 1);
-    int failed = !b->doc_out || !b->doc_hole || !b->doc_flags;
-    for (size_t d = 0; d < count && !failed; d++) {
+    for (size_t d = 0; d < count; d++) {
         PyObject *text = PyTuple_GET_ITEM(seq, d);
         if (!PyUnicode_Check(text)) {
             PyErr_SetString(PyExc_TypeError, "texts must be str");
@@ -421,48 +514,67 @@ static PyObject *memo_scan(UnitMemo *m, PyObject *texts) {
         else if (PyUnicode_IS_ASCII(text) || !memmem(s, (size_t)n, SPACE_PIECE, 3))
             utf8[d] = (Text){s, (size_t)n};
     }
-    if (!failed) {
-        m->busy = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (size_t d = 0; d < count && !failed; d++)
-            failed = scan_text(m, b, d, &utf8[d]) < 0;
-        Py_END_ALLOW_THREADS
-        m->busy = 0;
-    }
-    if (failed) {
-        PyErr_NoMemory();
+    if (scan_all(m, b, utf8) < 0)
         goto error;
-    }
-    b->doc_out[count] = b->out_len;
-    b->doc_hole[count] = b->n_holes;
     free(utf8);
     Py_DECREF(seq);
-    PyObject *lists[2] = {PyList_New((Py_ssize_t)b->n_pending[0]), PyList_New((Py_ssize_t)b->n_pending[1])};
-    b->laters = lists[0];
-    b->firsts = lists[1];
-    for (int kind = 0; kind < 2; kind++) {
-        if (!lists[kind]) {
-            Py_DECREF(b);
-            return NULL;
-        }
-        for (size_t u = 0; u < b->n_pending[kind]; u++) {
-            const Entry *en = &b->table.entries[b->pending[kind][u]];
-            PyObject *unit =
-                PyUnicode_DecodeUTF8(entry_key(&b->table, en) + 1, (Py_ssize_t)en->key_len - 1, "strict");
-            if (!unit) {
-                Py_DECREF(b);
-                return NULL;
-            }
-            PyList_SET_ITEM(lists[kind], (Py_ssize_t)u, unit);
-        }
-        m->encoded += b->n_pending[kind];
+    b->laters = unit_list(b, 0);
+    b->firsts = b->laters ? unit_list(b, 1) : NULL;
+    if (!b->firsts) {
+        Py_DECREF(b);
+        return NULL;
     }
     return (PyObject *)b;
 error:
     free(utf8);
     Py_DECREF(seq);
-    Py_DECREF(b);
+    Py_XDECREF(b);
     return NULL;
+}
+
+/* scan_utf8(blob, sizes): texts given as their UTF-8 back to back (valid UTF-8, as str.encode gives). */
+static PyObject *memo_scan_utf8(UnitMemo *m, PyObject *args) {
+    Py_buffer blob, sizes;
+    if (check_idle(m) < 0 || !PyArg_ParseTuple(args, "y*y*", &blob, &sizes))
+        return NULL;
+    UnitBatch *b = NULL;
+    Text *utf8 = NULL;
+    size_t count = (size_t)sizes.len / sizeof(int64_t), at = 0;
+    if (!m->byte_level || sizes.len % sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "scan_utf8 needs a byte-level memo and int64 sizes");
+        goto done;
+    }
+    b = new_batch(count);
+    utf8 = calloc(count + 1, sizeof(Text));
+    if (!b || !utf8) {
+        if (b && !utf8)
+            PyErr_NoMemory();
+        goto error;
+    }
+    const int64_t *size = sizes.buf;
+    for (size_t d = 0; d < count; d++) {
+        if (size[d] < 0 || at + (size_t)size[d] > (size_t)blob.len) {
+            PyErr_SetString(PyExc_ValueError, "the sizes exceed the blob");
+            goto error;
+        }
+        utf8[d] = (Text){(const char *)blob.buf + at, (size_t)size[d]};
+        at += (size_t)size[d];
+    }
+    if (scan_all(m, b, utf8) < 0)
+        goto error;
+    b->laters = PyList_New(0);
+    b->firsts = PyList_New(0);
+    b->missing = unit_blob(b);
+    if (!b->laters || !b->firsts || !b->missing)
+        goto error;
+    goto done;
+error:
+    Py_CLEAR(b);
+done:
+    free(utf8);
+    PyBuffer_Release(&blob);
+    PyBuffer_Release(&sizes);
+    return (PyObject *)b;
 }
 
 /* Sets the ids of the pending units of ``kind`` from a sequence of sequences of ints. */
@@ -525,11 +637,50 @@ static PyObject *batch_fill(UnitBatch *b, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* batch.fill_flat(ids, lengths, whole): the pending units' ids back to back (int32 bytes), each one's count
+ * (int64 bytes) and whether its documents are to be encoded whole (one byte each): byte-level mode. */
+static PyObject *batch_fill_flat(UnitBatch *b, PyObject *args) {
+    Py_buffer ids, lengths, whole;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &ids, &lengths, &whole))
+        return NULL;
+    size_t count = b->n_pending[0], at = 0, total = (size_t)ids.len / sizeof(int32_t);
+    const int64_t *length = lengths.buf;
+    const char *flag = whole.buf;
+    static const int32_t whole_id = WHOLE_ID;
+    int ok = !b->filled && !b->n_pending[1] && (size_t)lengths.len == count * sizeof(int64_t) &&
+             (size_t)whole.len == count && ids.len % sizeof(int32_t) == 0;
+    for (size_t u = 0; ok && u < count; u++) {
+        ok = length[u] >= 0 && at + (size_t)length[u] <= total;
+        if (!ok)
+            break;
+        const int32_t *unit_ids = flag[u] ? &whole_id : (const int32_t *)ids.buf + at;
+        if (table_set_ids(&b->table, b->pending[0][u], unit_ids, flag[u] ? 1 : (size_t)length[u]) < 0) {
+            PyErr_NoMemory();
+            break;
+        }
+        at += (size_t)length[u];
+    }
+    if (!ok && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "fill_flat takes an unfilled batch's ids, counts and flags");
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&whole);
+    if (PyErr_Occurred())
+        return NULL;
+    b->filled = 1;
+    Py_RETURN_NONE;
+}
+
 /* Whether document ``d`` is to be encoded whole, once filled. */
 static int doc_whole(const UnitBatch *b, size_t d) {
     unsigned char flags = b->doc_flags[d];
     if (flags & DOC_WHOLE)
         return 1;
+    for (size_t h = b->doc_hole[d]; h < b->doc_hole[d + 1]; h++) {
+        const Entry *en = &b->table.entries[b->holes[h].entry];
+        if (en->ids_len == 1 && entry_ids(&b->table, en)[0] == WHOLE_ID)
+            return 1;
+    }
     if ((flags & DOC_FIRST_PENDING) && (flags & DOC_MANY_UNITS)) {
         const Hole *first = &b->holes[b->doc_hole[d]];
         return first->out_pos == b->doc_out[d] && b->table.entries[first->entry].ids_len == 0;
@@ -639,11 +790,16 @@ static PyObject *memo_counters(UnitMemo *m, PyObject *Py_UNUSED(ignored)) {
 }
 
 static int memo_init(UnitMemo *m, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"max_entries", "max_unit_chars", "first_apart", NULL};
+    static char *kwlist[] = {"max_entries", "max_unit_chars", "first_apart", "byte_level", NULL};
     Py_ssize_t max_entries, max_unit_chars;
-    int first_apart;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnp", kwlist, &max_entries, &max_unit_chars, &first_apart))
+    int first_apart, byte_level = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnp|p", kwlist, &max_entries, &max_unit_chars, &first_apart,
+                                     &byte_level))
         return -1;
+    if (byte_level && first_apart) {
+        PyErr_SetString(PyExc_ValueError, "a byte-level memo has no first units apart");
+        return -1;
+    }
     if (max_entries < 2 || max_unit_chars < 1) {
         PyErr_SetString(PyExc_ValueError, "max_entries must be >= 2 and max_unit_chars >= 1");
         return -1;
@@ -651,6 +807,7 @@ static int memo_init(UnitMemo *m, PyObject *args, PyObject *kwds) {
     m->generation = (size_t)max_entries / 2;
     m->max_unit_chars = (size_t)max_unit_chars;
     m->first_apart = first_apart;
+    m->byte_level = byte_level;
     return 0;
 }
 
@@ -671,6 +828,7 @@ static void batch_dealloc(UnitBatch *b) {
     free(b->pending[1]);
     Py_XDECREF(b->firsts);
     Py_XDECREF(b->laters);
+    Py_XDECREF(b->missing);
     PyObject_Free(b);
 }
 
@@ -682,7 +840,13 @@ static PyObject *batch_laters(UnitBatch *b, void *Py_UNUSED(closure)) {
     return Py_NewRef(b->laters);
 }
 
+static PyObject *batch_missing(UnitBatch *b, void *Py_UNUSED(closure)) {
+    return Py_NewRef(b->missing ? b->missing : Py_None);
+}
+
 static PyGetSetDef batch_getset[] = {
+    {"missing", (getter)batch_missing, NULL,
+     "Byte-level mode: (blob, sizes), the missing units' UTF-8 back to back and each one's size (int64).", NULL},
     {"firsts", (getter)batch_firsts, NULL, "The missing first units (kind 1), to encode with the model.", NULL},
     {"laters", (getter)batch_laters, NULL, "The other missing units, to encode with the units' model.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -691,6 +855,9 @@ static PyGetSetDef batch_getset[] = {
 static PyMethodDef batch_methods[] = {
     {"fill", (PyCFunction)batch_fill, METH_VARARGS,
      "fill(first_ids, later_ids): the ids of ``firsts`` and ``laters``, in their order."},
+    {"fill_flat", (PyCFunction)batch_fill_flat, METH_VARARGS,
+     "fill_flat(ids, lengths, whole): the ids of ``missing`` back to back (int32), each unit's count (int64) "
+     "and whether the documents holding it are to be encoded whole (one byte each)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -707,6 +874,9 @@ static PyTypeObject UnitBatchType = {
 static PyMethodDef memo_methods[] = {
     {"scan", (PyCFunction)memo_scan, METH_O,
      "scan(texts) -> UnitBatch: the texts split, the units found copied, those missing listed."},
+    {"scan_utf8", (PyCFunction)memo_scan_utf8, METH_VARARGS,
+     "scan_utf8(blob, sizes) -> UnitBatch: ``scan`` for a byte-level memo, of texts given as their UTF-8 "
+     "back to back and each one's size (int64)."},
     {"emit", (PyCFunction)memo_emit, METH_O,
      "emit(batch) -> (ids, lengths, whole): int32 bytes of all ids, int64 bytes of the lengths and the "
      "indices of the texts to encode whole (length 0 here); the batch's units are kept."},
@@ -717,7 +887,8 @@ static PyMethodDef memo_methods[] = {
 
 static PyTypeObject UnitMemoType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "workflow_scripts.tokens._unitmemo.UnitMemo",
-    .tp_doc = PyDoc_STR("UnitMemo(max_entries, max_unit_chars, first_apart): a bounded memo of unit ids."),
+    .tp_doc = PyDoc_STR("UnitMemo(max_entries, max_unit_chars, first_apart, byte_level=False): a bounded memo "
+                        "of unit ids."),
     .tp_basicsize = sizeof(UnitMemo),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

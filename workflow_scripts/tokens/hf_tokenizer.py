@@ -32,7 +32,9 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, pre_tokenizers
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.tokens import byte_memo
 from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, utf8_batch
+from workflow_scripts.tokens.byte_memo import ByteMemo
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
@@ -58,6 +60,8 @@ class HFTokenizer:
         self.unsafe_cuts = 0
         self.engine: Engine | None = None  # gigatoken, inside ``fast_encoding`` where it is exact
         self.engine_note = "turned off"
+        self.memo: ByteMemo | None = None  # the unit memo, inside ``fast_encoding`` where it is exact
+        self.memo_note = "turned off"
 
     @classmethod
     def gpt2(cls, vocab: str, merges: str) -> HFTokenizer:
@@ -80,23 +84,62 @@ class HFTokenizer:
     def fast_encoding(
         self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int, engine: str = "auto"
     ) -> Iterator[Engine | None]:
-        """Encode with gigatoken inside the block where it is exact (``byte_engine``; said once in the log),
-        else with the ``tokenizers`` library; yield the engine. (``engine`` chooses SentencePiece's encoder:
-        a byte-level tokenizer has one.)"""
+        """Encode with gigatoken inside the block where it is exact (``byte_engine``); else, or with
+        ``engine`` ``memo``, through the unit memo where it is exact (``byte_memo``; its missing units encoded
+        by the ``tokenizers`` library); else with the library. Said once in the log; yield the engine."""
         self.engine, self.engine_note = None, "turned off"
+        self.memo, self.memo_note = None, "turned off"
         if enabled:
-            specials = [t.content for t in self.backend.get_added_tokens_decoder().values()]
-            self.engine, self.engine_note = Engine.start(self.backend, specials)
+            added = self.backend.get_added_tokens_decoder()
+            specials = [t.content for t in added.values()]
+            if engine == "auto":
+                self.engine, self.engine_note = Engine.start(self.backend, specials)
+            else:
+                self.engine_note = f"engine {engine!r}: the unit memo over the tokenizers library"
             print(f"encoder: {self.engine_note}", file=sys.stderr, flush=True)
+            exact, self.memo_note = byte_memo.plan(self.backend)
+            if self.engine is not None:
+                exact, self.memo_note = False, "gigatoken encodes whole documents (faster)"
+            wrong = exact and byte_memo.self_check(self._memo(added, 1 << 12, 64), self.backend, specials)
+            if exact and not wrong:
+                self.memo = self._memo(added, memo_entries, max_unit_chars)
+                self.memo_note = f"{self.memo_note}: the tokenizers library's ids on the probe texts"
+            self.memo_note = wrong or self.memo_note
+            print(f"unit memo: {'on' if self.memo else 'off'}: {self.memo_note}", file=sys.stderr, flush=True)
         try:
             yield self.engine
         finally:
-            self.engine = None
+            self.engine, self.memo = None, None
+
+    def _memo(self, added: dict[int, object], entries: int, unit_chars: int) -> ByteMemo:
+        """A unit memo whose missing units and whole documents go to the ``tokenizers`` library."""
+        units = byte_memo.LibraryUnits(self.backend)
+        return ByteMemo(units, self._encode_utf8, list(added), entries, unit_chars)
+
+    def _encode_utf8(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids and lengths of texts given as UTF-8 back to back, by the engine or else the library
+        (no post-processor tokens)."""
+        if self.engine is not None:
+            return self.engine.encode(blob, sizes)
+        ends = np.cumsum(sizes)
+        texts = [blob[e - n : e].decode() for e, n in zip(ends.tolist(), sizes.tolist(), strict=True)]
+        return self._library_flat(texts, False)
 
     def engine_stats(self, engine: Engine | None) -> dict[str, object]:
-        """The stats' ``fast_encode``: the engine, why, and the documents it left to the library."""
+        """The stats' ``fast_encode``: the engine, why, the documents it left to the library, and the unit
+        memo's figures (or why it was off)."""
         name = engine.name if engine else "tokenizers"
-        return {"enabled": engine is not None, "engine": name, "why": self.engine_note} | (
+        memo = {"enabled": self.memo is not None, "why": self.memo_note}
+        if self.memo is not None:
+            stats = self.memo.stats()
+            memo |= stats
+            print(
+                f"unit memo: {stats['units']:,} units, hit rate {stats['hit_rate']:.1%}, "
+                f"{stats['docs_encoded_whole']:,} documents encoded whole",
+                file=sys.stderr,
+                flush=True,
+            )
+        return {"enabled": engine is not None, "engine": name, "why": self.engine_note, "memo": memo} | (
             {"routed_to_tokenizers": engine.routed} if engine else {}
         )
 
@@ -215,10 +258,11 @@ class HFTokenizer:
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
-        if self.engine is None:
+        if self.engine is None and self.memo is None:
             return self._library_flat(texts, specials)
-        ids, lengths = self.engine.encode(*(utf8 or utf8_batch(texts)))
-        routed = [i for i in self.engine.suspected(ids, lengths) if has_unassigned(texts[i])]
+        ids, lengths = (self.memo.encode if self.memo else self._encode_utf8)(*(utf8 or utf8_batch(texts)))
+        routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
+        routed = [i for i in routed if has_unassigned(texts[i])]
         if routed:
             self.engine.routed += len(routed)
             parts = np.split(ids, np.cumsum(lengths)[:-1])

@@ -1,0 +1,180 @@
+"""The unit memo of a byte-level tokenizer: each distinct unit of text is encoded once, by the engine
+(gigatoken) or the ``tokenizers`` library, and every later one is a hash lookup (``_unitmemo.c``,
+byte-level mode).
+
+A unit ends before a space (U+0020) followed by a character that is surely not White_Space. The split
+patterns it is used with (GPT-2's, Llama 3's and Qwen2's, ``SPLITS``) start a pretoken at such a space
+whatever comes before it: no alternative of theirs matches a space followed by a non-space except as its
+first character. A unit is therefore a run of whole pretokens, and alone it splits as it does in the text:
+only ``\\s+(?!\\S)`` looks ahead, and at a unit's end it sees either the end or that space, both not
+``\\S``. Byte-level BPE encodes each pretoken on its own, so a document's ids are its units' ids joined.
+
+``plan`` allows it only for what this argument covers: one of those split patterns, no normalizer or NFC
+(whose composition never crosses a space), BPE without dropout and no added token holding whitespace; and
+the probe texts of ``byte_engine.probe`` must come out as the library's. A unit whose ids hold an added
+token (a special token written in the text) has its documents encoded whole, as the caller's encoder
+encodes them: an added token may strip the whitespace around it, across units.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from workflow_scripts.tokens.byte_engine import probe, utf8_batch
+from workflow_scripts.tokens.fast_encode import BUILD_NOTE
+
+try:
+    from workflow_scripts.tokens._unitmemo import UnitMemo
+except ImportError:  # a checkout used without `pip install -e .` (or by another Python)
+    UnitMemo = None
+
+Encode = Callable[[bytes, np.ndarray], tuple[np.ndarray, np.ndarray]]
+GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+SPLITS = {GPT2_SPLIT: "GPT-2's", LLAMA3_SPLIT: "Llama 3's", LLAMA3_SPLIT.replace("{1,3}", ""): "Qwen2's"}
+
+
+def pattern(config: dict[str, Any]) -> str | None:
+    """The name of the known split of a tokenizer.json's pre-tokenizer, or None."""
+    pre = config.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel":
+        return "GPT-2's" if pre.get("use_regex", True) else None
+    steps = pre.get("pretokenizers") or []
+    if pre.get("type") != "Sequence" or len(steps) != 2:
+        return None
+    split, level = steps
+    if split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert"):
+        return None
+    if level.get("type") != "ByteLevel" or level.get("use_regex", True):
+        return None
+    return SPLITS.get((split.get("pattern") or {}).get("Regex"))
+
+
+def plan(backend: Any) -> tuple[bool, str]:
+    """Whether the memo is exact for ``backend`` (a ``tokenizers.Tokenizer``), and its split or why not."""
+    if UnitMemo is None:
+        return False, BUILD_NOTE
+    config = json.loads(backend.to_str())
+    model, normalizer, split = config.get("model") or {}, config.get("normalizer"), pattern(config)
+    added = [t["content"] for t in config.get("added_tokens") or []]
+    spaced = [t for t in added if any(c.isspace() for c in t)]
+    if normalizer is not None and normalizer.get("type") != "NFC":
+        return False, f"a {normalizer.get('type')} normalizer"
+    if split is None:
+        return False, "a pre-tokenizer other than GPT-2's, Llama 3's or Qwen2's byte-level split"
+    if model.get("type") != "BPE" or model.get("dropout"):
+        return False, "not a BPE model without dropout"
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        return False, "a BPE model with a subword prefix or word suffix"
+    if spaced:
+        return False, f"added token {spaced[0]!r} holds whitespace"
+    return True, f"{split} split"
+
+
+class ByteMemo:
+    """Encodes batches of UTF-8 texts through one byte-level unit memo: the missing units of a batch go to
+    ``encode_units`` in one call, documents holding an added token to ``encode_whole``."""
+
+    def __init__(
+        self, encode_units: Encode, encode_whole: Encode, added: Sequence[int], entries: int, unit_chars: int
+    ) -> None:
+        assert UnitMemo is not None
+        self.encode_units, self.encode_whole = encode_units, encode_whole
+        self.added = np.zeros(max(added, default=0) + 1, bool)
+        self.added[list(added)] = True
+        self.memo = UnitMemo(entries, unit_chars, False, True)
+
+    def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (int32) and lengths (int64) of the texts whose UTF-8 ``blob`` holds back to back."""
+        batch = self.memo.scan_utf8(blob, np.ascontiguousarray(sizes, np.int64))
+        units, unit_sizes = batch.missing
+        ids, lengths = np.empty(0, np.int32), np.frombuffer(unit_sizes, np.int64)
+        if len(lengths):
+            ids, lengths = self.encode_units(units, lengths)
+            ids = np.ascontiguousarray(ids, np.int32)
+        marked = np.zeros(len(lengths), np.uint8)
+        hits = np.flatnonzero(self.added[np.minimum(ids, len(self.added) - 1)] & (ids < len(self.added)))
+        if len(hits):
+            marked[np.searchsorted(np.cumsum(lengths), hits, side="right")] = 1
+        batch.fill_flat(ids, np.ascontiguousarray(lengths, np.int64), marked)
+        out, lens, whole = self.memo.emit(batch)
+        flat, lens = np.frombuffer(out, np.int32), np.frombuffer(lens, np.int64)
+        if not whole:
+            return flat, lens
+        ends = np.cumsum(sizes)
+        texts = [blob[ends[d] - sizes[d] : ends[d]] for d in whole]
+        whole_ids, whole_lens = self.encode_whole(b"".join(texts), np.fromiter(map(len, texts), np.int64))
+        docs = np.split(flat, np.cumsum(lens)[:-1])
+        for d, doc in zip(whole, np.split(whole_ids, np.cumsum(whole_lens)[:-1]), strict=True):
+            docs[d] = doc
+        lens = np.fromiter(map(len, docs), np.int64, len(docs))
+        return np.concatenate(docs).astype(np.int32, copy=False), lens
+
+    def stats(self) -> dict[str, Any]:
+        """Units looked up and encoded, documents encoded whole, memo entries and the hit rate."""
+        total = self.memo.counters()
+        return {**total, "hit_rate": round(1 - total["units_encoded"] / max(total["units"], 1), 4)}
+
+
+def token_bytes(backend: Any) -> np.ndarray:
+    """The UTF-8 bytes of each token's text: a byte-level token's string has a character per byte, an
+    added token its content."""
+    sizes = np.zeros(backend.get_vocab_size(with_added_tokens=True), np.int64)
+    for token, i in backend.get_vocab(with_added_tokens=True).items():
+        sizes[i] = len(token)
+    for i, token in backend.get_added_tokens_decoder().items():
+        sizes[i] = len(token.content.encode())
+    return sizes
+
+
+class LibraryUnits:
+    """Encodes missing units with the ``tokenizers`` library, the units after a document's first joined
+    into texts of about ``chunk`` bytes: each starts at a space followed by a non-space, where a pretoken
+    starts whatever is before it, so the ids of the joined text are the units' ids back to back (the
+    library's cost is per call). The ids are cut at the units' ends by the tokens' byte counts; where a
+    token would cross one (an added token stripping the space next to it), every unit is encoded alone."""
+
+    def __init__(self, backend: Any, chunk: int = 1 << 16) -> None:
+        self.backend, self.chunk, self.bytes = backend, chunk, token_bytes(backend)
+
+    def __call__(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        alone = np.frombuffer(blob, np.uint8)[starts] != ord(" ")  # a document's first unit
+        new = alone.copy()
+        new[1:] |= alone[:-1] | (np.diff(starts // self.chunk) > 0)
+        new[0] = True
+        edges = [*starts[new].tolist(), len(blob)]
+        ids, _ = self._encode([blob[a:b] for a, b in itertools.pairwise(edges)])
+        token_ends = np.cumsum(self.bytes[ids])
+        at = np.searchsorted(token_ends, ends)
+        if len(ids) and at[-1] < len(ids) and np.array_equal(token_ends[at], ends):
+            return ids, np.diff(at, prepend=-1)
+        return self._encode([blob[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)])
+
+    def _encode(self, texts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of UTF-8 texts back to back (int32) and each one's count."""
+        encodings = self.backend.encode_batch_fast([t.decode() for t in texts], add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+        return np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int32), lengths
+
+
+def self_check(memo: ByteMemo, backend: Any, specials: Sequence[str]) -> str:
+    """ "" when the memo gives the library's ids on ``byte_engine.probe``'s texts, else the first text that
+    differs."""
+    texts = probe(specials, seed=1)
+    ids, lengths = memo.encode(*utf8_batch(texts))
+    got = np.split(ids, np.cumsum(lengths)[:-1])
+    expected = backend.encode_batch(texts, add_special_tokens=False)
+    for text, mine, theirs in zip(texts, got, expected, strict=True):
+        if list(mine) != theirs.ids:
+            return f"the memo differs from tokenizers on {text!r}"
+    return ""
