@@ -16,7 +16,8 @@ from workflow_scripts.cli import main as snakepack
 from workflow_scripts.tokens import byte_memo
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
-ODD = ["a  b", "x\t y", "z\n\n w", "tail  ", "  lead", "q\u00a0 r", "s \u3000t", "u \u0301v", "1 234 5678"]
+ODD = ["x y\n", " \n z", "a  b", "x\t y", "z\n\n w", "tail  ", "  lead", "q\u00a0 r", "s \u3000t"]
+ODD += ["u \u0301v", "1 234 5678"]
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["gpt2", "llama3"])
@@ -51,11 +52,14 @@ def test_added_tokens_that_strip_whitespace(tok: HFTokenizer, tmp_path: Path) ->
         assert stripping.memo is not None, stripping.memo_note
         ids, lengths = stripping.encode_flat(sample, 1)
     assert [g.tolist() for g in np.split(ids, np.cumsum(lengths)[:-1])] == library(stripping, sample)
-    units = [b"x\t", b" <both>", b" y", b" z"]  # joined, <both> takes the spaces around it
-    blob, sizes = b"".join(units), np.array([len(u) for u in units])
-    flat, counts = byte_memo.LibraryUnits(backend)(blob, sizes)
-    each = [backend.encode(u.decode(), add_special_tokens=False).ids for u in units]
-    assert [g.tolist() for g in np.split(flat, np.cumsum(counts)[:-1])] == each
+    for units in (
+        [b"x\t", b" <both>", b" y", b" z"],  # joined, <both> would take the spaces around it
+        [b" y\n", b" \n", b" z", b"\n", b" \n"],  # a first unit " \n" joined would make "\n \n" one pretoken
+    ):
+        blob, sizes = b"".join(units), np.array([len(u) for u in units])
+        flat, counts = byte_memo.LibraryUnits(backend)(blob, sizes)
+        each = [backend.encode(u.decode(), add_special_tokens=False).ids for u in units]
+        assert [g.tolist() for g in np.split(flat, np.cumsum(counts)[:-1])] == each
 
 
 def test_the_plan_refuses_what_its_argument_does_not_cover(tok: HFTokenizer) -> None:

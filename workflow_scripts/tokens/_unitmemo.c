@@ -3,6 +3,10 @@
  * A unit is a run of spaces (U+0020) and the non-spaces after it, or a run of spaces ending the text
  * (the regular expression " *[^ ]+| +"), read from the text's UTF-8. A unit is keyed by its bytes and
  * its kind: 1 for a document's first unit when ``first_apart`` (encoded with another model), else 0.
+ * In byte-level mode (``byte_level``, byte_memo.py) a unit ends before a space followed by a character
+ * surely not White_Space instead, texts come as UTF-8 back to back (``scan_utf8``), the missing units go
+ * out the same way (``UnitBatch.missing``) and their ids come back flat (``UnitBatch.fill_flat``), where a
+ * unit may be marked: a document holding it is to be encoded whole.
  *
  * A batch is three steps: ``UnitMemo.scan(texts)`` splits the texts, copies the ids of the units the memo
  * has and returns a ``UnitBatch`` whose ``firsts`` and ``laters`` are the distinct units it lacks (as str,

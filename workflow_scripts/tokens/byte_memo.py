@@ -39,6 +39,8 @@ LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
+WORD_START = np.zeros(256, bool)  # the first bytes of characters surely not White_Space (as _unitmemo.c)
+WORD_START[0x21:0x7F] = WORD_START[0xC3:0xE0] = WORD_START[0xE4:0xF5] = True
 SPLITS = {GPT2_SPLIT: "GPT-2's", LLAMA3_SPLIT: "Llama 3's", LLAMA3_SPLIT.replace("{1,3}", ""): "Qwen2's"}
 
 
@@ -136,9 +138,10 @@ def token_bytes(backend: Any) -> np.ndarray:
 
 
 class LibraryUnits:
-    """Encodes missing units with the ``tokenizers`` library, the units after a document's first joined
-    into texts of about ``chunk`` bytes: each starts at a space followed by a non-space, where a pretoken
-    starts whatever is before it, so the ids of the joined text are the units' ids back to back (the
+    """Encodes missing units with the ``tokenizers`` library, those that start at a space followed by a
+    character surely not White_Space (all but a document's first) joined into texts of about ``chunk``
+    bytes: a pretoken starts there whatever is before it, so the ids of a joined text are its units' ids
+    back to back (the
     library's cost is per call). The ids are cut at the units' ends by the tokens' byte counts; where a
     token would cross one (an added token stripping the space next to it), every unit is encoded alone."""
 
@@ -148,7 +151,9 @@ class LibraryUnits:
     def __call__(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ends = np.cumsum(sizes)
         starts = ends - sizes
-        alone = np.frombuffer(blob, np.uint8)[starts] != ord(" ")  # a document's first unit
+        data = np.frombuffer(blob, np.uint8)
+        after = data[np.minimum(starts + 1, len(data) - 1)]
+        alone = (data[starts] != ord(" ")) | (sizes < 2) | ~WORD_START[after]  # a document's first unit
         new = alone.copy()
         new[1:] |= alone[:-1] | (np.diff(starts // self.chunk) > 0)
         new[0] = True

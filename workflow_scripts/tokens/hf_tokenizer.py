@@ -26,6 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer as Backend
@@ -97,21 +98,28 @@ class HFTokenizer:
             else:
                 self.engine_note = f"engine {engine!r}: the unit memo over the tokenizers library"
             print(f"encoder: {self.engine_note}", file=sys.stderr, flush=True)
-            exact, self.memo_note = byte_memo.plan(self.backend)
-            if self.engine is not None:
-                exact, self.memo_note = False, "gigatoken encodes whole documents (faster)"
-            wrong = exact and byte_memo.self_check(self._memo(added, 1 << 12, 64), self.backend, specials)
-            if exact and not wrong:
-                self.memo = self._memo(added, memo_entries, max_unit_chars)
-                self.memo_note = f"{self.memo_note}: the tokenizers library's ids on the probe texts"
-            self.memo_note = wrong or self.memo_note
+            if self.engine is None:
+                self._start_memo(added, specials, memo_entries, max_unit_chars)
+            else:
+                self.memo_note = "gigatoken encodes whole documents (faster)"
             print(f"unit memo: {'on' if self.memo else 'off'}: {self.memo_note}", file=sys.stderr, flush=True)
         try:
             yield self.engine
         finally:
             self.engine, self.memo = None, None
 
-    def _memo(self, added: dict[int, object], entries: int, unit_chars: int) -> ByteMemo:
+    def _start_memo(self, added: dict[int, Any], specials: list[str], entries: int, unit_chars: int) -> None:
+        """The unit memo where ``byte_memo.plan`` and its self-check say it is exact, and the note why."""
+        exact, self.memo_note = byte_memo.plan(self.backend)
+        if exact:
+            wrong = byte_memo.self_check(self._memo(added, 1 << 12, 64), self.backend, specials)
+            if wrong:
+                self.memo_note = wrong
+            else:
+                self.memo = self._memo(added, entries, unit_chars)
+                self.memo_note += ": the tokenizers library's ids on the probe texts"
+
+    def _memo(self, added: dict[int, Any], entries: int, unit_chars: int) -> ByteMemo:
         """A unit memo whose missing units and whole documents go to the ``tokenizers`` library."""
         units = byte_memo.LibraryUnits(self.backend)
         return ByteMemo(units, self._encode_utf8, list(added), entries, unit_chars)
