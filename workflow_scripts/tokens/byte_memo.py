@@ -90,8 +90,7 @@ class ByteMemo:
     ) -> None:
         assert UnitMemo is not None
         self.encode_units, self.encode_whole = encode_units, encode_whole
-        self.added = np.zeros(max(added, default=0) + 1, bool)
-        self.added[list(added)] = True
+        self.added = np.asarray(list(added), np.int32)
         self.memo = UnitMemo(entries, unit_chars, False, True)
 
     def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +102,7 @@ class ByteMemo:
             ids, lengths = self.encode_units(units, lengths)
             ids = np.ascontiguousarray(ids, np.int32)
         marked = np.zeros(len(lengths), np.uint8)
-        hits = np.flatnonzero(self.added[np.minimum(ids, len(self.added) - 1)] & (ids < len(self.added)))
+        hits = np.flatnonzero(np.isin(ids, self.added))
         if len(hits):
             marked[np.searchsorted(np.cumsum(lengths), hits, side="right")] = 1
         batch.fill_flat(ids, np.ascontiguousarray(lengths, np.int64), marked)

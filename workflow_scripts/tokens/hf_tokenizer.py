@@ -122,13 +122,10 @@ class HFTokenizer:
     def _memo(self, added: dict[int, Any], entries: int, unit_chars: int) -> ByteMemo:
         """A unit memo whose missing units and whole documents go to the ``tokenizers`` library."""
         units = byte_memo.LibraryUnits(self.backend)
-        return ByteMemo(units, self._encode_utf8, list(added), entries, unit_chars)
+        return ByteMemo(units, self._library_utf8, list(added), entries, unit_chars)
 
-    def _encode_utf8(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ids and lengths of texts given as UTF-8 back to back, by the engine or else the library
-        (no post-processor tokens)."""
-        if self.engine is not None:
-            return self.engine.encode(blob, sizes)
+    def _library_utf8(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The library's ids and lengths of texts given as UTF-8 back to back (no post-processor tokens)."""
         ends = np.cumsum(sizes)
         texts = [blob[e - n : e].decode() for e, n in zip(ends.tolist(), sizes.tolist(), strict=True)]
         return self._library_flat(texts, False)
@@ -268,7 +265,8 @@ class HFTokenizer:
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.engine is None and self.memo is None:
             return self._library_flat(texts, specials)
-        ids, lengths = (self.memo.encode if self.memo else self._encode_utf8)(*(utf8 or utf8_batch(texts)))
+        encoder = self.memo or self.engine  # the memo runs only where gigatoken is not used
+        ids, lengths = encoder.encode(*(utf8 or utf8_batch(texts)))
         routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
         routed = [i for i in routed if has_unassigned(texts[i])]
         if routed:
