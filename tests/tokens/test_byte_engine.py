@@ -12,6 +12,8 @@ import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 
 from tests.utils import byte_level_bpe
+from workflow_scripts.core import cache
+from workflow_scripts.tokens import byte_engine
 from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, is_suspect, utf8_batch
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
@@ -28,6 +30,12 @@ def texts(seed: int, n: int = 300) -> list[str]:
     out = [" ".join(rng.choices(WORDS, k=rng.randint(1, 30))) for _ in range(n)]
     out += ["".join(chr(rng.randrange(0x20, 0x40000)) for _ in range(50)) for _ in range(n)]  # any code point
     return [*clean(out), "", "<|endoftext|>x"]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(cache, "CACHE", tmp_path / "cache")
+    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["gpt2", "llama3"])
@@ -55,6 +63,21 @@ def test_a_setting_gigatoken_reads_differently_keeps_the_library(tmp_path: Path)
     backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(), backend.pre_tokenizer])
     engine, why = Engine.start(backend, ["<|endoftext|>"])
     assert engine is None and "Digits" in why
+
+
+def test_a_tokenizer_that_passed_skips_the_probe_next_time(
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = Tokenizer.from_file(str(byte_level_bpe(tmp_path, texts(5, 50))))
+    first, why = Engine.start(backend, ["<|endoftext|>"])
+    assert first is not None, why
+    assert len(list(own_cache.iterdir())) == 2  # the pass and the suspect tokens
+    monkeypatch.setattr(byte_engine, "differs", lambda *_: "the probe ran")
+    again, why_again = Engine.start(backend, ["<|endoftext|>"])
+    assert again is not None and why_again == why
+    assert np.array_equal(again.suspects, first.suspects) and first.suspects.any()
+    backend.add_special_tokens(["<|other|>"])  # another tokenizer: probed again
+    assert Engine.start(backend, ["<|endoftext|>", "<|other|>"]) == (None, "the probe ran")
 
 
 def test_unassigned_code_points_and_framing() -> None:

@@ -17,6 +17,7 @@ dozen in a 50k vocabulary) is scanned, character by character (``has_unassigned`
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import random
 import unicodedata
@@ -141,15 +142,17 @@ def probe(specials: Sequence[str], seed: int = 0) -> list[str]:
 class Engine:
     """gigatoken over a ``tokenizers.Tokenizer``; ``start`` says whether it is exact and why not."""
 
-    def __init__(self, impl: Any, version: str) -> None:
+    def __init__(self, impl: Any, version: str, suspects: np.ndarray) -> None:
         self.impl = impl
         self.name = f"gigatoken {version}"
-        self.suspects = suspect_tokens(impl.vocab, impl.vocab_size)
+        self.suspects = suspects
         self.routed = 0  # documents encoded by the tokenizers library instead (unassigned code points)
 
     @classmethod
     def start(cls, backend: Any, specials: Sequence[str]) -> tuple[Engine | None, str]:
-        """The engine for ``backend`` when it gives its ids on the probe, else None and why."""
+        """The engine for ``backend`` when it gives its ids on the probe, else None and why. A tokenizer that
+        passed is remembered on disk (per gigatoken, tokenizers and Unicode version, and the probe's texts),
+        with its suspect tokens: a later start (every other shard's job) skips the probe."""
         try:
             import gigatoken
         except ImportError:
@@ -163,12 +166,15 @@ class Engine:
         except Exception as exc:  # gigatoken raises plain exceptions for what it does not support
             return None, f"gigatoken cannot read this tokenizer: {exc}"
         texts = probe(specials)
-        expected = [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
-        got = impl.encode_batch_list(texts)
-        wrong = [t for t, a, b in zip(texts, expected, got, strict=True) if list(a) != list(b)]
-        if wrong:
-            return None, f"gigatoken differs from tokenizers on {len(wrong)} probe texts, first {wrong[0]!r}"
-        engine = cls(impl, metadata.version("gigatoken"))
+        version = metadata.version("gigatoken")
+        passed = passed_name(version, config, texts)
+        if cache.read(passed) is None:
+            wrong = differs(backend, impl, texts)
+            if wrong:
+                return None, wrong
+            cache.write(passed, b"passed\n")
+        table = functools.partial(suspect_tokens, impl.vocab, impl.vocab_size)
+        engine = cls(impl, version, cache.flags(passed + ".suspects", impl.vocab_size, table))
         return engine, f"{engine.name}: the tokenizers library's ids on {len(texts)} probe texts"
 
     def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -191,6 +197,26 @@ class Engine:
         if not len(at):
             return at
         return np.unique(np.searchsorted(np.cumsum(lengths), at, side="right"))
+
+
+def differs(backend: Any, impl: Any, texts: list[str]) -> str:
+    """Empty when gigatoken (``impl``) gives the library's (``backend``) ids on ``texts``, else which
+    differ."""
+    expected = [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+    got = impl.encode_batch_list(texts)
+    wrong = [t for t, a, b in zip(texts, expected, got, strict=True) if a != list(b)]
+    return (
+        f"gigatoken differs from tokenizers on {len(wrong)} probe texts, first {wrong[0]!r}" if wrong else ""
+    )
+
+
+def passed_name(version: str, config: str, texts: Sequence[str]) -> str:
+    """The cache name that says gigatoken ``version`` passed the probe ``texts`` for the tokenizer ``config``
+    (its JSON), under this ``tokenizers`` library and Unicode database."""
+    digest = hashlib.sha256(config.encode())
+    digest.update("\0".join(texts).encode("utf-8", "surrogatepass"))
+    versions = f"gigatoken-{version}-tokenizers-{metadata.version('tokenizers')}"
+    return f"byte-engine-{versions}-unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:32]}"
 
 
 def flat(batch: Any) -> tuple[np.ndarray, np.ndarray]:
