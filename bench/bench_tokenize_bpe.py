@@ -9,7 +9,9 @@ with the same tokenizer and threads.
    Llama 3's split pattern, a template BOS ``<|begin_of_text|>``, ``eos_token`` ``<|end_of_text|>``.
 3. Interleaved rounds (best of ``--repeats``; ``--workers`` threads; the CLI's 4 MB batches): ``tokenizers``
    ``encode_batch_fast`` (template BOS added), gigatoken ``encode_batch`` (a fresh engine each round, so its
-   pretoken cache starts cold), and the CLI from jsonl to ``.bin/.idx`` (EOD appended): with its default
+   pretoken cache starts cold), gigatoken ``encode_files`` reading the jsonl itself in Rust (nothing checked,
+   nothing written: what any tokenizer built on gigatoken needs at least), and the CLI from jsonl to
+   ``.bin/.idx`` (EOD appended): with its default
    engine (gigatoken where exact) and with ``--engine memo`` (the unit memo over the ``tokenizers`` library,
    what a tokenizer gigatoken does not serve gets; its files must equal the default's).
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
@@ -102,6 +104,15 @@ def gigatoken_encode(model: Path, batches: list[list[str]]) -> Measured:
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
+def gigatoken_files(model: Path, corpus: Path) -> Measured:
+    import gigatoken
+
+    tok = gigatoken.Tokenizer(str(model))
+    start, cpu = time.perf_counter(), time.process_time()
+    tok.encode_files(gigatoken.JsonlFileSource([str(corpus)], field="text"))
+    return Measured(time.perf_counter() - start, time.process_time() - cpu)
+
+
 def cli(corpus: Path, model: Path, prefix: Path, workers: int, engine: str = "auto") -> Measured:
     cmd = harness.cli("tokenize", "--input", corpus, "--output-prefix", prefix, "--tokenizer-model", model)
     cmd += ["--append-eod", "--workers", str(workers), "--batch-mb", str(bench_tokenize.BATCH_MB)]
@@ -163,6 +174,7 @@ def main() -> int:
     steps = {
         "tokenizers_encode_batch": lambda: library_encode(model, batches),
         "gigatoken_encode_batch": lambda: gigatoken_encode(model, batches),
+        "gigatoken_encode_files": lambda: gigatoken_files(model, corpus),
         "cli": lambda: cli(corpus, model, out / "ours", args.workers),
         "cli_memo": lambda: cli(corpus, model, out / "memo", args.workers, "memo"),
     }
@@ -174,9 +186,12 @@ def main() -> int:
     best = harness.best({k: [m.wall for m in v] for k, v in runs.items()})
     for k in runs:
         res[k] = {"best_s": round(best[k], 2), "best_mb_s": round(mb / best[k], 2)}
-    for base in ("gigatoken_encode_batch", "tokenizers_encode_batch"):
+    for base in ("gigatoken_encode_batch", "gigatoken_encode_files", "tokenizers_encode_batch"):
         harness.compare("tokenize CLI end to end (best)", mb / best["cli"], base, mb / best[base])
         res[f"ratio_cli_vs_{base}"] = round(best[base] / best["cli"], 3)
+    floor, base = "gigatoken_encode_files", "gigatoken_encode_batch"
+    harness.compare("gigatoken reading the jsonl", mb / best[floor], base, mb / best[base])
+    res[f"ratio_{floor}_vs_{base}"] = round(best[base] / best[floor], 3)
     base = "tokenizers_encode_batch"
     harness.compare("tokenize CLI, --engine memo (best)", mb / best["cli_memo"], base, mb / best[base])
     res[f"ratio_cli_memo_vs_{base}"] = round(best[base] / best["cli_memo"], 3)
