@@ -1,6 +1,6 @@
 """Benchmark byte-level BPE tokenization: the tokenize CLI end to end against the ``tokenizers`` library's
-``encode_batch`` and gigatoken's ``encode_batch`` (texts in memory) and Megatron-LM's ``preprocess_data.py``,
-with the same tokenizer and threads.
+``encode_batch``, gigatoken's ``encode_batch`` and fastokens' ``encode_batch_flat`` (texts in memory) and
+Megatron-LM's ``preprocess_data.py``, with the same tokenizer and threads.
 
     .venv/bin/python bench/bench_tokenize_bpe.py [--workers 2] [--repeats 2] [--vocab 50000] [--no-megatron]
 
@@ -10,10 +10,11 @@ with the same tokenizer and threads.
 3. Interleaved rounds (best of ``--repeats``; ``--workers`` threads; the CLI's 4 MB batches): ``tokenizers``
    ``encode_batch_fast`` (template BOS added), gigatoken ``encode_batch`` (a fresh engine each round, so its
    pretoken cache starts cold), gigatoken ``encode_files`` reading the jsonl itself in Rust (nothing checked,
-   nothing written: what any tokenizer built on gigatoken needs at least), and the CLI from jsonl to
-   ``.bin/.idx`` (EOD appended): with its default
-   engine (gigatoken where exact) and with ``--engine memo`` (the unit memo over the ``tokenizers`` library,
-   what a tokenizer gigatoken does not serve gets; its files must equal the default's).
+   nothing written: what any tokenizer built on gigatoken needs at least), fastokens ``encode_batch_flat``
+   (a fresh tokenizer each round), and the CLI from jsonl to ``.bin/.idx`` (EOD appended): with its default
+   engine (fastokens where exact), with ``--engine gigatoken`` and with ``--engine memo`` (the unit memo over
+   the ``tokenizers`` library, what a tokenizer neither engine serves gets); their files must equal the
+   default's.
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
    sources of ``../shared/trainers``: its bytes must equal ours (every document's ids). Without it
    (``--no-megatron``), every document is checked against ``tokenizers``' ids instead.
@@ -104,6 +105,16 @@ def gigatoken_encode(model: Path, batches: list[list[str]]) -> Measured:
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
+def fastokens_encode(model: Path, batches: list[list[str]]) -> Measured:
+    import fastokens
+
+    tok = fastokens.Tokenizer.from_file(str(model))
+    start, cpu = time.perf_counter(), time.process_time()
+    for batch in batches:
+        tok.encode_batch_flat(batch)
+    return Measured(time.perf_counter() - start, time.process_time() - cpu)
+
+
 def gigatoken_files(model: Path, corpus: Path) -> Measured:
     import gigatoken
 
@@ -158,7 +169,8 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=50000)
     parser.add_argument("--no-megatron", action="store_true", help="skip Megatron-LM's preprocess_data.py")
     args = parser.parse_args()
-    os.environ["RAYON_NUM_THREADS"] = str(args.workers)  # both libraries size their pools from it, once
+    os.environ["RAYON_NUM_THREADS"] = str(args.workers)  # tokenizers and gigatoken size their pools from it
+    os.environ["FASTOKENS_BPE_THREADS"] = str(args.workers)  # fastokens', read at its first encode
     WORK.mkdir(parents=True, exist_ok=True)
     corpus = bench_tokenize_fast.make_corpus()
     batches, input_bytes = bench_tokenize.load_batches(corpus)
@@ -175,7 +187,9 @@ def main() -> int:
         "tokenizers_encode_batch": lambda: library_encode(model, batches),
         "gigatoken_encode_batch": lambda: gigatoken_encode(model, batches),
         "gigatoken_encode_files": lambda: gigatoken_files(model, corpus),
+        "fastokens_encode_batch": lambda: fastokens_encode(model, batches),
         "cli": lambda: cli(corpus, model, out / "ours", args.workers),
+        "cli_gigatoken": lambda: cli(corpus, model, out / "gigatoken", args.workers, "gigatoken"),
         "cli_memo": lambda: cli(corpus, model, out / "memo", args.workers, "memo"),
     }
     runs: dict[str, list[Measured]] = {name: [] for name in steps}
@@ -186,22 +200,34 @@ def main() -> int:
     best = harness.best({k: [m.wall for m in v] for k, v in runs.items()})
     for k in runs:
         res[k] = {"best_s": round(best[k], 2), "best_mb_s": round(mb / best[k], 2)}
-    for base in ("gigatoken_encode_batch", "gigatoken_encode_files", "tokenizers_encode_batch"):
+    for base in ("gigatoken_encode_batch", "fastokens_encode_batch", "gigatoken_encode_files"):
         harness.compare("tokenize CLI end to end (best)", mb / best["cli"], base, mb / best[base])
         res[f"ratio_cli_vs_{base}"] = round(best[base] / best["cli"], 3)
-    floor, base = "gigatoken_encode_files", "gigatoken_encode_batch"
-    harness.compare("gigatoken reading the jsonl", mb / best[floor], base, mb / best[base])
-    res[f"ratio_{floor}_vs_{base}"] = round(best[base] / best[floor], 3)
     base = "tokenizers_encode_batch"
-    harness.compare("tokenize CLI, --engine memo (best)", mb / best["cli_memo"], base, mb / best[base])
-    res[f"ratio_cli_memo_vs_{base}"] = round(best[base] / best["cli_memo"], 3)
+    harness.compare("tokenize CLI end to end (best)", mb / best["cli"], base, mb / best[base])
+    res[f"ratio_cli_vs_{base}"] = round(best[base] / best["cli"], 3)
+    for name, base in (
+        ("fastokens_encode_batch", "gigatoken_encode_batch"),
+        ("gigatoken_encode_files", "gigatoken_encode_batch"),
+        ("cli_gigatoken", "gigatoken_encode_batch"),
+        ("cli", "cli_gigatoken"),
+        ("cli_memo", "tokenizers_encode_batch"),
+    ):
+        harness.compare(name, mb / best[name], base, mb / best[base])
+        res[f"ratio_{name}_vs_{base}"] = round(best[base] / best[name], 3)
     stats = orjson.loads((out / "ours_text_document.stats.json").read_bytes())
     res["fast_encode"] = stats["fast_encode"]
+    res["gigatoken_engine"] = orjson.loads((out / "gigatoken_text_document.stats.json").read_bytes())[
+        "fast_encode"
+    ]["engine"]
     res["memo"] = orjson.loads((out / "memo_text_document.stats.json").read_bytes())["fast_encode"]["memo"]
-    res["memo"]["same_files_as_cli"] = all(
-        (out / f"memo_text_document{e}").read_bytes() == (out / f"ours_text_document{e}").read_bytes()
-        for e in (".bin", ".idx")
-    )
+    res["same_files_as_cli"] = {
+        other: all(
+            (out / f"{other}_text_document{e}").read_bytes() == (out / f"ours_text_document{e}").read_bytes()
+            for e in (".bin", ".idx")
+        )
+        for other in ("gigatoken", "memo")
+    }
     res["peak_rss_mb"] = int(max(m.rss_mib for m in runs["cli"]))
     log(f"engine: {stats['fast_encode']}")
     if args.no_megatron:

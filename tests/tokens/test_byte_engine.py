@@ -1,5 +1,6 @@
-"""gigatoken as the byte-level encoder (tokens/byte_engine): used only where it gives the ``tokenizers``
-library's ids, documents with unassigned code points routed to the library, the template's tokens framed."""
+"""fastokens and gigatoken as the byte-level encoders (tokens/byte_engine): used only where they give the
+``tokenizers`` library's ids, documents with unassigned code points routed to the library, the template's
+tokens framed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tests.utils import byte_level_bpe
 from workflow_scripts.core import cache
 from workflow_scripts.tokens import byte_engine
-from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, is_suspect, utf8_batch
+from workflow_scripts.tokens.byte_engine import (
+    ENGINES,
+    Fastokens,
+    Gigatoken,
+    frame,
+    has_unassigned,
+    is_suspect,
+)
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
 WORDS = ["Rīga", "東京", "русский", "العربية", "🙂👍🏽", "it's", "12345", "a\u00a0b", "c\u2028d", "\r\n"]
@@ -35,6 +43,7 @@ def texts(seed: int, n: int = 300) -> list[str]:
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(cache, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(byte_engine, "_LOADED", {})  # each test builds its engines
     return tmp_path / "cache"
 
 
@@ -44,12 +53,14 @@ def tok(request, tmp_path_factory) -> HFTokenizer:
     return HFTokenizer(byte_level_bpe(tmp_path_factory.mktemp("tok"), sample, llama3=request.param))
 
 
-def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer) -> None:
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer, name: str) -> None:
     sample = texts(2)
     encodings = tok.backend.encode_batch(sample, add_special_tokens=True)
     expected = [np.asarray(e.ids, np.int32) for e in encodings]
-    with tok.fast_encoding(True, 2, 0, 0) as engine:
-        assert engine is not None, tok.engine_note
+    with tok.fast_encoding(True, 2, 0, 0, name) as engine:
+        assert engine is not None and engine.library == name, tok.engine_note
+        assert tok.reads_utf8 == (name == "gigatoken")
         ids, lengths = tok.encode_flat(sample, 2)
         assert 0 < engine.routed < len(sample)  # random code points include unassigned ones
     assert lengths.tolist() == [len(e) for e in expected]
@@ -57,27 +68,49 @@ def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer) -> No
     assert tok.engine is None  # only inside the block
 
 
-def test_a_setting_gigatoken_reads_differently_keeps_the_library(tmp_path: Path) -> None:
+def test_a_setting_gigatoken_reads_differently_keeps_fastokens(tmp_path: Path) -> None:
     path = byte_level_bpe(tmp_path, texts(3, 50))
     backend = Tokenizer.from_file(str(path))
     backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(), backend.pre_tokenizer])
-    engine, why = Engine.start(backend, ["<|endoftext|>"])
+    engine, why = Gigatoken.start(backend, ["<|endoftext|>"])
     assert engine is None and "Digits" in why
+    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "auto", 1)
+    assert isinstance(engine, Fastokens), why
+    sample = texts(6)
+    ids, lengths = engine.encode(sample)
+    expected = [e.ids for e in backend.encode_batch(sample, add_special_tokens=False)]
+    assert [x.tolist() for x in np.split(ids, np.cumsum(lengths)[:-1])] == expected
 
 
+def test_auto_takes_the_next_engine_and_says_why_not_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = Tokenizer.from_file(str(byte_level_bpe(tmp_path, texts(3, 50))))
+
+    def refuse(*_: object) -> None:
+        raise ValueError("unsupported normalizer type: NFKC")
+
+    monkeypatch.setattr(Fastokens, "load", staticmethod(refuse))
+    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "auto", 1)
+    assert isinstance(engine, Gigatoken) and why.startswith("gigatoken "), why
+    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "fastokens", 1)
+    assert engine is None and why == "fastokens cannot read this tokenizer: unsupported normalizer type: NFKC"
+
+
+@pytest.mark.parametrize("engine", list(ENGINES.values()), ids=list(ENGINES))
 def test_a_tokenizer_that_passed_skips_the_probe_next_time(
-    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch, engine: type[Fastokens | Gigatoken]
 ) -> None:
     backend = Tokenizer.from_file(str(byte_level_bpe(tmp_path, texts(5, 50))))
-    first, why = Engine.start(backend, ["<|endoftext|>"])
+    first, why = engine.start(backend, ["<|endoftext|>"])
     assert first is not None, why
     assert len(list(own_cache.iterdir())) == 2  # the pass and the suspect tokens
     monkeypatch.setattr(byte_engine, "differs", lambda *_: "the probe ran")
-    again, why_again = Engine.start(backend, ["<|endoftext|>"])
+    again, why_again = engine.start(backend, ["<|endoftext|>"])
     assert again is not None and why_again == why
     assert np.array_equal(again.suspects, first.suspects) and first.suspects.any()
     backend.add_special_tokens(["<|other|>"])  # another tokenizer: probed again
-    assert Engine.start(backend, ["<|endoftext|>", "<|other|>"]) == (None, "the probe ran")
+    assert engine.start(backend, ["<|endoftext|>", "<|other|>"]) == (None, "the probe ran")
 
 
 def test_unassigned_code_points_and_framing() -> None:
@@ -87,14 +120,25 @@ def test_unassigned_code_points_and_framing() -> None:
     assert ids.tolist() == [1, 5, 6, 2, 3, 1, 2, 3, 1, 7, 2, 3] and lengths.tolist() == [5, 3, 4]
 
 
-def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTokenizer) -> None:
+def test_the_byte_level_vocabulary_is_gigatokens_reading(tok: HFTokenizer) -> None:
+    engine, why = Gigatoken.start(tok.backend, [])
+    assert engine is not None, why
+    assert byte_engine.byte_level_vocab(tok.backend) == engine.impl.vocab
+    backend = Tokenizer.from_str(tok.backend.to_str())
+    backend.add_tokens(["▁x"])  # an added token: its content
+    vocab = byte_engine.byte_level_vocab(backend)
+    assert vocab[backend.token_to_id("▁x")] == "▁x".encode()
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTokenizer, name: str) -> None:
     assert is_suspect("x\u0378".encode()) and is_suspect(b"\xcd")  # whole, or its first byte (U+0340..)
     assert is_suspect("a\U000e0080".encode()[:3])  # cut after its third byte
     assert not is_suspect("東京 🙂".encode()) and not is_suspect(b"\xe6") and not is_suspect(b"\xb8\x80")
     sample = texts(4)
-    with tok.fast_encoding(True, 2, 0, 0) as engine:
+    with tok.fast_encoding(True, 2, 0, 0, name) as engine:
         assert engine is not None, tok.engine_note
-        suspected = set(engine.suspected(*engine.encode(*utf8_batch(sample))).tolist())
+        suspected = set(engine.suspected(*engine.encode(sample)).tolist())
     holding = {i for i, t in enumerate(sample) if has_unassigned(t)}
     assert holding and holding <= suspected
 
@@ -102,8 +146,8 @@ def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTok
 def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
     with tok.fast_encoding(True, 1, 0, 0) as engine:
         stats = tok.engine_stats(engine)
-    assert stats["enabled"] and stats["engine"].startswith("gigatoken ") and "probe texts" in stats["why"]
-    assert stats["memo"] == {"enabled": False, "why": "gigatoken encodes whole documents (faster)"}
+    assert stats["enabled"] and stats["engine"].startswith("fastokens ") and "probe texts" in stats["why"]
+    assert stats["memo"] == {"enabled": False, "why": "fastokens encodes whole documents (faster)"}
     with tok.fast_encoding(False, 1, 0, 0) as engine:
         off = {"enabled": False, "why": "turned off"}
         assert tok.engine_stats(engine) == {**off, "engine": "tokenizers", "memo": off}

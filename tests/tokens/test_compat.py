@@ -155,7 +155,11 @@ def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
     out = trainers.run(tool, args)
     assert out.returncode == 0, out.stderr[-3000:]
     assert ours(bpe_corpus, model, tmp_path / "ours") == read(f"{theirs}_text_document")
-    assert ours(bpe_corpus, model, tmp_path / "memo", "--engine", "memo") == read(f"{theirs}_text_document")
+    stats = json.loads(Path(f"{tmp_path / 'ours'}_text_document.stats.json").read_text())
+    assert stats["fast_encode"]["engine"].startswith("fastokens "), stats["fast_encode"]
+    for engine in ("gigatoken", "memo"):
+        got = ours(bpe_corpus, model, tmp_path / engine, "--engine", engine)
+        assert got == read(f"{theirs}_text_document"), engine
     from workflow_scripts.core.indexed_dataset import IndexedDataset
     from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 

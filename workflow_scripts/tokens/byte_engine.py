@@ -1,12 +1,14 @@
-"""gigatoken as the encoder of a byte-level tokenizer, used only where it gives the ``tokenizers``
-library's ids (which are the trainers' own preprocessing's).
+"""A Rust engine library as the encoder of a byte-level tokenizer, used only where it gives the
+``tokenizers`` library's ids (which are the trainers' own preprocessing's): fastokens (``Fastokens``, the
+fastest here) or gigatoken (``Gigatoken``, the engine of Megatron-LM's ``preprocess_data_fast.py``).
 
-``Engine.start`` checks the tokenizer first: features gigatoken reads differently without an error
-(``UNSAFE``) keep the ``tokenizers`` library, and so does any difference on a probe of special tokens
-written in text, odd whitespace, every script and seeded random code points. A document holding a code
-point that this Python's Unicode database leaves unassigned goes to the ``tokenizers`` library too:
-gigatoken knows newer Unicode than the ``tokenizers`` library's regex engine, so it may split such text
-differently (``routed`` counts them). gigatoken adds no post-processor tokens: the caller adds them.
+``start`` checks the tokenizer first: a library that cannot read it, features it reads differently without
+an error (``Engine.unsafe``), or any difference on a probe of special tokens written in text, odd
+whitespace, every script and seeded random code points keep the next engine, and in the end the
+``tokenizers`` library. A document holding a code point that this Python's Unicode database leaves
+unassigned goes to the ``tokenizers`` library too: the engines' regex engines may know newer Unicode than
+the library's, so they may split such text differently (``routed`` counts them). The engines add no
+post-processor tokens: the caller adds them.
 
 Finding those documents costs little: the engine's own ids point at them. A byte-level token's bytes
 either hold a whole unassigned code point or end in the first bytes of one (a code point cut between
@@ -16,24 +18,20 @@ dozen in a 50k vocabulary) is scanned, character by character (``has_unassigned`
 
 from __future__ import annotations
 
+import abc
 import functools
 import hashlib
-import json
+import os
 import random
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from workflow_scripts.core import cache
 
-UNSAFE = {  # tokenizer.json settings gigatoken encodes differently without an error (read from the file)
-    '"type":"Digits"': "a Digits pre-tokenizer",
-    '"behavior":"Removed"': "a Split that removes its matches",
-    '"single_word":true': "an added token with single_word",
-}
 SAMPLES = [
     "Ελληνικά",
     "русский",
@@ -139,56 +137,66 @@ def probe(specials: Sequence[str], seed: int = 0) -> list[str]:
     return texts
 
 
-class Engine:
-    """gigatoken over a ``tokenizers.Tokenizer``; ``start`` says whether it is exact and why not."""
+class Engine(abc.ABC):
+    """An engine library over a ``tokenizers.Tokenizer``; ``start`` says whether it is exact and why not."""
+
+    library = ""  # the Python package
+    # tokenizer.json settings it encodes differently without an error
+    unsafe: ClassVar[Mapping[str, str]] = {}
+    reads_utf8 = False  # ``encode`` reads the texts' UTF-8 bytes (else the strings)
 
     def __init__(self, impl: Any, version: str, suspects: np.ndarray) -> None:
         self.impl = impl
-        self.name = f"gigatoken {version}"
+        self.name = f"{self.library} {version}"
         self.suspects = suspects
         self.routed = 0  # documents encoded by the tokenizers library instead (unassigned code points)
 
     @classmethod
-    def start(cls, backend: Any, specials: Sequence[str]) -> tuple[Engine | None, str]:
+    def start(cls, backend: Any, specials: Sequence[str], threads: int = 1) -> tuple[Engine | None, str]:
         """The engine for ``backend`` when it gives its ids on the probe, else None and why. A tokenizer that
-        passed is remembered on disk (per gigatoken, tokenizers and Unicode version, and the probe's texts),
+        passed is remembered on disk (per engine, tokenizers and Unicode version, and the probe's texts),
         with its suspect tokens: a later start (every other shard's job) skips the probe."""
         try:
-            import gigatoken
-        except ImportError:
-            return None, "gigatoken is not installed"
-        config = json.dumps(json.loads(backend.to_str()), separators=(",", ":"))
-        unsafe = [why for key, why in UNSAFE.items() if key in config]
+            version = metadata.version(cls.library)
+        except metadata.PackageNotFoundError:
+            return None, f"{cls.library} is not installed"
+        config = backend.to_str()  # compact JSON
+        unsafe = [why for key, why in cls.unsafe.items() if key in config]
         if unsafe:
-            return None, f"gigatoken reads {', '.join(unsafe)} differently"
-        try:
-            impl = gigatoken.Tokenizer(backend)
-        except Exception as exc:  # gigatoken raises plain exceptions for what it does not support
-            return None, f"gigatoken cannot read this tokenizer: {exc}"
+            return None, f"{cls.library} reads {', '.join(unsafe)} differently"
         texts = probe(specials)
-        version = metadata.version("gigatoken")
-        passed = passed_name(version, config, texts)
+        passed = passed_name(f"{cls.library} {version}", config, texts)
+        try:
+            impl = _loaded(cls, passed, backend, config, threads)
+        except Exception as exc:  # the engines raise plain exceptions for what they do not support
+            return None, f"{cls.library} cannot read this tokenizer: {str(exc)[:200]}"
+        engine = cls(impl, version, np.zeros(0, bool))
         if cache.read(passed) is None:
-            wrong = differs(backend, impl, texts)
+            wrong = differs(backend, engine, texts)
             if wrong:
                 return None, wrong
             cache.write(passed, b"passed\n")
-        table = functools.partial(suspect_tokens, impl.vocab, impl.vocab_size)
-        engine = cls(impl, version, cache.flags(passed + ".suspects", impl.vocab_size, table))
+        size = backend.get_vocab_size(with_added_tokens=True)
+        engine.suspects = cache.flags(
+            passed + ".suspects", size, lambda: suspect_tokens(engine.vocab(backend), size)
+        )
         return engine, f"{engine.name}: the tokenizers library's ids on {len(texts)} probe texts"
 
-    def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ids (int32) and lengths (int64) of the texts whose UTF-8 bytes ``blob`` holds back to back
-        (``sizes`` bytes each), no post-processor tokens. The texts go in as one buffer: no object each."""
-        import awkward as ak
+    @staticmethod
+    @abc.abstractmethod
+    def load(backend: Any, config: str, threads: int) -> Any:
+        """The library's tokenizer for ``backend`` (``config``: its JSON), on ``threads`` threads."""
 
-        offsets = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
-        string = {"__array__": "string"}
-        texts = ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters=string)
-        ids, lengths = flat(self.impl.encode_batch(ak.Array(texts)))
-        return ids.astype(np.int32), lengths
+    @abc.abstractmethod
+    def vocab(self, backend: Any) -> dict[int, bytes]:
+        """Each token's bytes."""
+
+    @abc.abstractmethod
+    def encode(
+        self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (int32) and lengths (int64) of ``texts`` (``utf8``: their UTF-8 bytes back to back and
+        sizes, when the caller has them), no post-processor tokens."""
 
     def suspected(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The texts (indices) whose ids hold a suspect token: the only ones that may hold an unassigned
@@ -199,23 +207,140 @@ class Engine:
         return np.unique(np.searchsorted(np.cumsum(lengths), at, side="right"))
 
 
-def differs(backend: Any, impl: Any, texts: list[str]) -> str:
-    """Empty when gigatoken (``impl``) gives the library's (``backend``) ids on ``texts``, else which
-    differ."""
+class Fastokens(Engine):
+    """fastokens (Rust, PCRE2): reads the strings; its thread count is read once, at its first encode."""
+
+    library = "fastokens"
+
+    @staticmethod
+    def load(backend: Any, config: str, threads: int) -> Any:
+        import fastokens
+
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", str(max(1, threads)))
+        return fastokens.Tokenizer.from_json_str(config)
+
+    def vocab(self, backend: Any) -> dict[int, bytes]:
+        return byte_level_vocab(backend)
+
+    def encode(
+        self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = self.impl.encode_batch_flat(list(texts))
+        lengths = np.diff(np.frombuffer(offsets, np.uint64)).astype(np.int64)
+        return np.frombuffer(ids, np.int32), lengths
+
+
+class Gigatoken(Engine):
+    """gigatoken (Rust, a pretoken cache): reads the texts' UTF-8 as one buffer, no object each; its pool is
+    sized from ``RAYON_NUM_THREADS``."""
+
+    library = "gigatoken"
+    unsafe: ClassVar[Mapping[str, str]] = {
+        '"type":"Digits"': "a Digits pre-tokenizer",
+        '"behavior":"Removed"': "a Split that removes its matches",
+        '"single_word":true': "an added token with single_word",
+    }
+    reads_utf8 = True
+
+    @staticmethod
+    def load(backend: Any, config: str, threads: int) -> Any:
+        import gigatoken
+
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))
+        return gigatoken.Tokenizer(backend)
+
+    def vocab(self, backend: Any) -> dict[int, bytes]:
+        return self.impl.vocab
+
+    def encode(
+        self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        import awkward as ak
+
+        blob, sizes = utf8 or utf8_batch(texts)
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
+        string = {"__array__": "string"}
+        strings = ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters=string)
+        ids, lengths = flat(self.impl.encode_batch(ak.Array(strings)))
+        return ids.astype(np.int32), lengths
+
+
+_LOADED: dict[tuple[str, int], Any] = {}
+
+
+def _loaded(cls: type[Engine], key: str, backend: Any, config: str, threads: int) -> Any:
+    """``cls.load``, once per process for each tokenizer (``key`` names it) and thread count: the members of
+    a batch job share it (building fastokens' takes a quarter of a second)."""
+    if (key, threads) not in _LOADED:
+        _LOADED[key, threads] = cls.load(backend, config, threads)
+    return _LOADED[key, threads]
+
+
+ENGINES: dict[str, type[Engine]] = {"fastokens": Fastokens, "gigatoken": Gigatoken}  # auto: in this order
+
+
+def start(backend: Any, specials: Sequence[str], choice: str, threads: int) -> tuple[Engine | None, str]:
+    """The first engine of ``choice`` (``auto``: every engine, fastest first) that is exact for ``backend``,
+    and why; else None and why each is not."""
+    names = list(ENGINES) if choice == "auto" else [choice]
+    notes = []
+    for name in names:
+        engine, note = ENGINES[name].start(backend, specials, threads)
+        if engine is not None:
+            return engine, note
+        notes.append(note)
+    return None, "; ".join(notes)
+
+
+def byte_level_vocab(backend: Any) -> dict[int, bytes]:
+    """Each token's bytes: a byte-level token's characters mapped back to its bytes, an added token's
+    content in UTF-8. A token of another vocabulary (not byte-level) gets the UTF-8 of a character no
+    Unicode version assigns, so that every text it is in is checked."""
+    to_byte = {c: b for b, c in enumerate(byte_level_alphabet())}
+    unknown = "\U0010fffe".encode()
+    vocab = {}
+    for token, i in backend.get_vocab(with_added_tokens=False).items():
+        try:
+            vocab[i] = bytes(to_byte[c] for c in token)
+        except KeyError:
+            vocab[i] = unknown
+    for i, token in backend.get_added_tokens_decoder().items():
+        vocab[i] = token.content.encode()
+    return vocab
+
+
+def byte_level_alphabet() -> list[str]:
+    """The character that stands for each byte in a byte-level vocabulary (GPT-2's table): the printable
+    Latin-1 bytes stand for themselves, the others for U+0100 onwards, in order."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars, extra = {b: b for b in keep}, 0x100
+    for b in range(256):
+        if b not in chars:
+            chars[b], extra = extra, extra + 1
+    return [chr(chars[b]) for b in range(256)]
+
+
+def differs(backend: Any, engine: Engine, texts: list[str]) -> str:
+    """Empty when ``engine`` gives the library's (``backend``) ids on ``texts``, else which differ."""
     expected = [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
-    got = impl.encode_batch_list(texts)
-    wrong = [t for t, a, b in zip(texts, expected, got, strict=True) if a != list(b)]
+    ids, lengths = engine.encode(texts)
+    got = np.split(ids, np.cumsum(lengths)[:-1])
+    wrong = [t for t, a, b in zip(texts, expected, got, strict=True) if a != b.tolist()]
     return (
-        f"gigatoken differs from tokenizers on {len(wrong)} probe texts, first {wrong[0]!r}" if wrong else ""
+        f"{engine.library} differs from tokenizers on {len(wrong)} probe texts, first {wrong[0]!r}"
+        if wrong
+        else ""
     )
 
 
-def passed_name(version: str, config: str, texts: Sequence[str]) -> str:
-    """The cache name that says gigatoken ``version`` passed the probe ``texts`` for the tokenizer ``config``
-    (its JSON), under this ``tokenizers`` library and Unicode database."""
+def passed_name(engine: str, config: str, texts: Sequence[str]) -> str:
+    """The cache name that says ``engine`` (library and version) passed the probe ``texts`` for the
+    tokenizer ``config`` (its JSON), under this ``tokenizers`` library and Unicode database."""
     digest = hashlib.sha256(config.encode())
     digest.update("\0".join(texts).encode("utf-8", "surrogatepass"))
-    versions = f"gigatoken-{version}-tokenizers-{metadata.version('tokenizers')}"
+    versions = f"{engine.replace(' ', '-')}-tokenizers-{metadata.version('tokenizers')}"
     return f"byte-engine-{versions}-unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:32]}"
 
 

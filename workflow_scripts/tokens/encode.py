@@ -31,12 +31,13 @@ in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
 the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
-a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's UTF-8 bytes) and the main thread writes
-the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch goes through
-gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else
-through ``fast_encode.FastEncoder``: one compiled memo of word-like units, each distinct unit encoded once
-(by SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
-gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text).
+a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes) and the main
+thread writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
+of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where
+it gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like
+units, each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards
+(the same ids; the stats' ``fast_encode`` gives the engine, the memo's hit rate and size, or why the model
+needs SentencePiece for every text).
 Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
 document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50
 bytes a character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece
@@ -118,8 +119,7 @@ def tokenize_file(
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
     ):
-        utf8 = tokenizer.kind != "sentencepiece"  # the byte-level engine reads UTF-8 bytes
-        batches = prefetch(read_batches(input_path, settings, batch_bytes, utf8))
+        batches = prefetch(read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8))
         for batch, long, flat, lengths in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
             keep = (lengths > 0) & (lengths >= settings.min_tokens)
             rejects = batch.rejects + [
@@ -202,10 +202,11 @@ def encoded(
             long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
             if splitter is not None:
                 flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
-            elif tokenizer.kind != "sentencepiece":  # the byte-level engine reads the reader's UTF-8 bytes
+            elif batch.utf8:  # the encoder reads the reader's UTF-8 bytes
                 flat, lengths = tokenizer.encode_flat(batch.texts, workers, utf8=batch.utf8_batch())
             else:
                 flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+            batch.measure()
             yield batch, long, flat, lengths
 
 

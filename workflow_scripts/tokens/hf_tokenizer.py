@@ -10,8 +10,10 @@ EOD (``eod``): ``auto`` picks ``<|endoftext|>`` when the tokenizer has that toke
 ``HFTokenizer`` rule), else the ``eos_token`` of the ``tokenizer_config.json`` beside it (Megatron-LM's
 ``HuggingFaceTokenizer`` rule), else it is an error; a token or ``id:N`` overrides the rule.
 
-Encoding: the ``tokenizers`` library's ``encode_batch_fast`` on ``threads`` threads (its Rayon pool is
-sized once per process, from ``RAYON_NUM_THREADS``). A document over ``LONG_CHARS`` characters is encoded
+Encoding: inside ``fast_encoding``, an engine library where it gives the library's ids (``byte_engine``:
+fastokens, then gigatoken) or else the unit memo (``byte_memo``); otherwise the ``tokenizers`` library's
+``encode_batch_fast`` on ``threads`` threads (its Rayon pool is sized once per process, from
+``RAYON_NUM_THREADS``). A document over ``LONG_CHARS`` characters is encoded
 piece by piece, cut before a space that follows a non-space (where byte-level pre-tokenizers start a word
 anyway), the post-processor's tokens added once around the whole; a cut that has to fall elsewhere, or a
 tokenizer for which that cut changes the ids, is counted (``unsafe_cuts``).
@@ -33,7 +35,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import decoders, models, pre_tokenizers
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.tokens import byte_memo
+from workflow_scripts.tokens import byte_engine, byte_memo
 from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, utf8_batch
 from workflow_scripts.tokens.byte_memo import ByteMemo
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
@@ -59,7 +61,7 @@ class HFTokenizer:
         self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
         self.merges: str | None = None  # a GPT-2 vocabulary's merges file
         self.unsafe_cuts = 0
-        self.engine: Engine | None = None  # gigatoken, inside ``fast_encoding`` where it is exact
+        self.engine: Engine | None = None  # an engine library, inside ``fast_encoding`` where it is exact
         self.engine_note = "turned off"
         self.memo: ByteMemo | None = None  # the unit memo, inside ``fast_encoding`` where it is exact
         self.memo_note = "turned off"
@@ -85,28 +87,35 @@ class HFTokenizer:
     def fast_encoding(
         self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int, engine: str = "auto"
     ) -> Iterator[Engine | None]:
-        """Encode with gigatoken inside the block where it is exact (``byte_engine``); else, or with
-        ``engine`` ``memo``, through the unit memo where it is exact (``byte_memo``; its missing units encoded
-        by the ``tokenizers`` library); else with the library. Said once in the log; yield the engine."""
+        """Encode with an engine library inside the block where it is exact (``byte_engine``: ``engine``
+        ``auto`` tries fastokens, then gigatoken; or the one named); else, or with ``engine`` ``memo``,
+        through the unit memo where it is exact (``byte_memo``; its missing units encoded by the
+        ``tokenizers`` library); else with the library. Said once in the log; yield the engine."""
         self.engine, self.engine_note = None, "turned off"
         self.memo, self.memo_note = None, "turned off"
         if enabled:
             added = self.backend.get_added_tokens_decoder()
             specials = [t.content for t in added.values()]
-            if engine == "auto":
-                self.engine, self.engine_note = Engine.start(self.backend, specials)
-            else:
+            if engine == "memo":
                 self.engine_note = f"engine {engine!r}: the unit memo over the tokenizers library"
+            else:
+                self.engine, self.engine_note = byte_engine.start(self.backend, specials, engine, workers)
             print(f"encoder: {self.engine_note}", file=sys.stderr, flush=True)
             if self.engine is None:
                 self._start_memo(added, specials, memo_entries, max_unit_chars)
             else:
-                self.memo_note = "gigatoken encodes whole documents (faster)"
+                self.memo_note = f"{self.engine.library} encodes whole documents (faster)"
             print(f"unit memo: {'on' if self.memo else 'off'}: {self.memo_note}", file=sys.stderr, flush=True)
         try:
             yield self.engine
         finally:
             self.engine, self.memo = None, None
+
+    @property
+    def reads_utf8(self) -> bool:
+        """Whether ``encode_flat`` reads the texts' UTF-8 bytes (the unit memo, gigatoken), so that the
+        reader should make them."""
+        return self.memo is not None or (self.engine is not None and self.engine.reads_utf8)
 
     def _start_memo(self, added: dict[int, Any], specials: list[str], entries: int, unit_chars: int) -> None:
         """The unit memo where ``byte_memo.plan`` and its self-check say it is exact, and the note why."""
@@ -265,8 +274,10 @@ class HFTokenizer:
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.engine is None and self.memo is None:
             return self._library_flat(texts, specials)
-        encoder = self.memo or self.engine  # the memo runs only where gigatoken is not used
-        ids, lengths = encoder.encode(*(utf8 or utf8_batch(texts)))
+        if self.memo is not None:  # the memo runs only where no engine library is used
+            ids, lengths = self.memo.encode(*(utf8 or utf8_batch(texts)))
+        else:
+            ids, lengths = self.engine.encode(texts, utf8)
         routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
         routed = [i for i in routed if has_unassigned(texts[i])]
         if routed:

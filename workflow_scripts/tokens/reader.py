@@ -50,15 +50,21 @@ class Batch:
     texts: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)
-    text_bytes: list[int] = field(default_factory=list)
+    text_bytes: list[int] = field(default_factory=list)  # read with the UTF-8 bytes, else by ``measure``
     utf8: list[bytes] = field(default_factory=list)  # the texts' UTF-8 bytes, when asked for
     rejects: list[Reject] = field(default_factory=list)
     input_bytes: int = 0
-    size: int = 0  # text bytes, to cut batches
+    size: int = 0  # text bytes (characters without the UTF-8 bytes), to cut batches
 
     @property
     def docs_in(self) -> int:
         return len(self.texts) + len(self.rejects)
+
+    def measure(self) -> None:
+        """The texts' UTF-8 sizes, when they were read without their bytes: best after encoding, when the
+        encoder has made each string's UTF-8 (CPython keeps it with the string)."""
+        if len(self.text_bytes) != len(self.texts):
+            self.text_bytes = [len(text.encode()) for text in self.texts]
 
     def utf8_batch(self) -> tuple[bytes, np.ndarray]:
         """The texts' UTF-8 bytes back to back and each one's size (``read_batches(..., utf8=True)``)."""
@@ -107,7 +113,8 @@ def read_batches(
     path: str, settings: RecordSettings, batch_bytes: int, utf8: bool = False
 ) -> Generator[Batch, None, None]:
     """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text (with
-    ``utf8``, their UTF-8 bytes too, joined here in the reader's thread). A long document ends its batch."""
+    ``utf8``, their UTF-8 bytes too, joined here in the reader's thread; without, a batch's size counts
+    characters and ``Batch.measure`` gives the bytes). A long document ends its batch."""
     splitter = MarkerSplitter(settings.markers) if settings.markers else None
     batch = Batch()
     with open_binary(path) as f:
@@ -122,14 +129,13 @@ def read_batches(
             raw = b""  # let the line go: the batch holds the text
             if utf8 and len(text) <= LONG_CHARS:
                 batch.utf8.append(text.encode())
-                nbytes = len(batch.utf8[-1])
+                batch.text_bytes.append(len(batch.utf8[-1]))
+                batch.size += batch.text_bytes[-1]
             else:
-                nbytes = utf8_length(text)
+                batch.size += len(text)
             batch.texts.append(text)
             batch.lines.append(line)
             batch.ids.append(rid)
-            batch.text_bytes.append(nbytes)
-            batch.size += nbytes
             full = batch.size >= batch_bytes or len(text) > LONG_CHARS
             del text
             if full:
@@ -183,7 +189,8 @@ def prefetch(items: Generator[T, None, None], depth: int = 2) -> Generator[T, No
 
 def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
     """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
-    bytes)``. A long document always ends its batch (and has no UTF-8 bytes in it)."""
+    bytes)``. A long document always ends its batch (and has no UTF-8 bytes or size in it)."""
     if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
         return None
-    return batch.texts.pop(), batch.lines.pop(), batch.ids.pop(), batch.text_bytes.pop()
+    text = batch.texts.pop()
+    return text, batch.lines.pop(), batch.ids.pop(), utf8_length(text)

@@ -37,8 +37,8 @@ class MarkerSplitter:
         self._pattern = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")")
 
     def contains_marker(self, text: str) -> bool:
-        """True when ``text`` contains any marker (plain substring search)."""
-        return any(m in text for m in self.markers)
+        """True when ``text`` contains any marker (one search for them all)."""
+        return self._pattern.search(text) is not None
 
     def split(self, text: str) -> list[tuple[str, bool]]:
         """``(part, is_marker)`` pairs in order; whitespace-only text spans are dropped.

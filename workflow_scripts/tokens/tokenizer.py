@@ -45,6 +45,7 @@ class Tokenizer:
 
     kind = "sentencepiece"
     merges = None  # one file
+    reads_utf8 = False  # encode_flat reads the strings
 
     def __init__(self, model_path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(model_path)
@@ -80,11 +81,13 @@ class Tokenizer:
     def fast_encoding(
         self, enabled: bool, workers: int, memo_entries: int, max_unit_chars: int, engine: str = "auto"
     ) -> Iterator[SpEngine | FastEncoder | None]:
-        """Within the block ``encode_flat`` goes through gigatoken (``engine`` ``auto``, where it is exact;
-        said once in the log) or else a fresh unit memo (SentencePiece with ``workers`` threads for the
-        units it lacks), when ``enabled`` and exact for the model; yields that encoder (None: SentencePiece
-        alone)."""
-        if enabled and engine == "auto":
+        """Within the block ``encode_flat`` goes through gigatoken (``engine`` ``auto`` or ``gigatoken``,
+        where it is exact; said once in the log) or else a fresh unit memo (SentencePiece with ``workers``
+        threads for the units it lacks), when ``enabled`` and exact for the model; yields that encoder
+        (None: SentencePiece alone). fastokens reads no SentencePiece model: ``fastokens`` gets the memo."""
+        if enabled and engine == "fastokens":
+            print("encoder: fastokens reads no SentencePiece model; the unit memo instead", file=sys.stderr)
+        if enabled and engine in ("auto", "gigatoken"):
             sp_engine, note = self.engine_start
             print(f"encoder: {note}" + ("" if sp_engine else "; the unit memo instead"), file=sys.stderr)
             if sp_engine is not None:
