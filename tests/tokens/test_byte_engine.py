@@ -12,7 +12,7 @@ import orjson
 import pytest
 from tokenizers import Tokenizer, pre_tokenizers
 
-from tests.utils import byte_level_bpe
+from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts.core import cache
 from workflow_scripts.tokens import byte_engine
 from workflow_scripts.tokens.byte_engine import (
@@ -152,3 +152,27 @@ def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
         off = {"enabled": False, "why": "turned off"}
         assert tok.engine_stats(engine) == {**off, "engine": "tokenizers", "memo": off}
     assert orjson.dumps(stats)
+
+
+def test_every_engine_writes_the_same_files_and_counts_the_bytes(
+    tok: HFTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fastokens reads the strings (their UTF-8 sizes measured after encoding), gigatoken and the memo the
+    reader's UTF-8 bytes; a long document is encoded in pieces by the library in every case."""
+    from workflow_scripts.tokens import encode, reader
+    from workflow_scripts.tokens.framing import resolve_settings
+
+    monkeypatch.setattr(reader, "LONG_CHARS", 4000)
+    sample = [t for t in texts(8) if t.strip()] + [" ".join(texts(9, 40))]  # the last one is long
+    assert len(sample[-1]) > 4000 and all(len(t) <= 4000 for t in sample[:-1])
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in sample])
+    settings = resolve_settings(tok, eod="auto")
+    files, sizes = {}, sum(len(t.encode()) for t in sample)
+    for engine in ("fastokens", "gigatoken", "memo"):
+        stats = encode.tokenize_file(
+            str(path), str(tmp_path / engine), tok, settings, engine=engine, batch_bytes=900
+        )
+        assert stats["docs_out"] == len(sample) and stats["bytes"] == sizes, engine
+        assert stats["fast_encode"]["engine"].startswith(engine if engine != "memo" else "tokenizers"), stats
+        files[engine] = [Path(f"{tmp_path / engine}_text_document{e}").read_bytes() for e in (".bin", ".idx")]
+    assert files["fastokens"] == files["gigatoken"] == files["memo"]
