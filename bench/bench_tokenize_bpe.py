@@ -16,7 +16,9 @@ Megatron-LM's ``preprocess_data.py``, with the same tokenizer and threads.
    the ``tokenizers`` library, what a tokenizer neither engine serves gets); their files must equal the
    default's.
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
-   sources of ``../shared/trainers``: its bytes must equal ours (every document's ids). Without it
+   sources of ``../shared/trainers``: its bytes must equal ours (every document's ids); and its
+   ``tools/preprocess_data_fast.py --use-gigatoken`` (gigatoken reading the jsonl, ``--workers`` threads):
+   every document's ids must be ours after the template's BOS, which it leaves out. Without it
    (``--no-megatron``), every document is checked against ``tokenizers``' ids instead.
 
 Results are printed and written to bench/results/tokenize_bpe.json.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -145,6 +148,33 @@ def megatron(corpus: Path, model: Path, workers: int) -> tuple[Measured, Path]:
     return Measured(time.perf_counter() - start, 0.0), Path(f"{prefix}_text_document")
 
 
+def megatron_fast(corpus: Path, model: Path) -> tuple[Measured, float, Path]:
+    """Megatron-LM's ``tools/preprocess_data_fast.py --use-gigatoken`` (gigatoken's ``encode_files``, no
+    post-processor tokens): the tool's wall time, its own elapsed time (after its imports) and its prefix."""
+    from tests.trainers import trainers
+
+    prefix = WORK / "megatron_fast"
+    args = ["tools/preprocess_data_fast.py", "--input", str(corpus), "--output-prefix", str(prefix)]
+    args += ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(model.parent)]
+    args += ["--json-keys", "text", "--append-eod", "--use-gigatoken"]
+    start = time.perf_counter()
+    out = trainers().run("megatron", args)
+    wall = time.perf_counter() - start
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    elapsed = float(re.search(r"Elapsed time: ([0-9.]+)", out.stdout + out.stderr).group(1))
+    return Measured(wall, 0.0), elapsed, Path(f"{prefix}_text_document")
+
+
+def same_but_bos(ours: str, theirs: str) -> dict[str, int]:
+    """Documents of ``ours`` whose ids after the template's BOS are ``theirs``' (which have none)."""
+    from workflow_scripts.core.indexed_dataset import IndexedDataset
+
+    a, b = IndexedDataset(ours), IndexedDataset(theirs)
+    same = sum(len(a[d]) and np.array_equal(a[d][1:], b[d]) for d in range(min(len(a), len(b))))
+    return {"documents": len(a), "theirs": len(b), "same_after_our_bos": int(same)}
+
+
 def library_identity(prefix: Path, model: Path, batches: list[list[str]]) -> dict[str, int]:
     """Every document of ``prefix`` against ``tokenizers``' ids + EOD."""
     from tokenizers import Tokenizer
@@ -240,6 +270,17 @@ def main() -> int:
         same = all(Path(ours + e).read_bytes() == Path(f"{theirs}{e}").read_bytes() for e in (".bin", ".idx"))
         res["megatron"] = {"wall_s": round(meg.wall, 2), "mb_s": round(mb / meg.wall, 2), "identical": same}
         res["ratio_cli_vs_megatron"] = round(meg.wall / best["cli"], 3)
+        fast, elapsed, theirs_fast = megatron_fast(corpus, model)
+        harness.compare(
+            "tokenize CLI (best)", mb / best["cli"], "Megatron preprocess_data_fast", mb / fast.wall
+        )
+        res["megatron_fast"] = {
+            "wall_s": round(fast.wall, 2),
+            "elapsed_s": round(elapsed, 2),  # its own figure, after its imports (torch)
+            "mb_s": round(mb / fast.wall, 2),
+            **same_but_bos(ours, str(theirs_fast)),
+        }
+        res["ratio_cli_vs_megatron_fast"] = round(fast.wall / best["cli"], 3)
     log(f"identity: {res.get('identity') or res['megatron']}")
     harness.write_results("tokenize_bpe", res)
     return 0

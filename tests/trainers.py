@@ -45,7 +45,9 @@ TREES = {  # the name tests use -> the archive's name before the commit
     "lm_dataformat": "lm_dataformat",
 }
 SKIPPED = re.compile(r"^(lm_eval|mpi4py|deepspeed|lm_dataformat)\b")
+# gigatoken: Megatron-LM's tools/preprocess_data_fast.py (--use-gigatoken), which bench_tokenize_bpe times.
 EXTRA = ["torch==2.13.0", "packaging>=24.2", "triton==3.6.0", "setuptools<81", "typing_extensions", "pyyaml"]
+EXTRA += ["gigatoken>=0.10,<0.11"]
 SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker): backported."""
 import typing
 

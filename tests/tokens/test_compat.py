@@ -171,6 +171,31 @@ def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
     assert spelled > len(docs) * (not llama3)  # a special token written in the text is that token
 
 
+@pytest.mark.parametrize("llama3", [False, True], ids=["gpt2", "llama3"])
+def test_megatrons_fast_preprocessing_gives_our_ids(
+    llama3: bool, bpe_corpus: Path, tmp_path: Path, trainers: Trainers
+) -> None:
+    """Megatron-LM's ``tools/preprocess_data_fast.py --use-gigatoken`` (gigatoken reads the jsonl): our ids,
+    less the template's BOS, which it does not add (its ``preprocess_data.py`` does, as we do)."""
+    texts = [json.loads(line)["text"] for line in bpe_corpus.read_text(encoding="utf-8").split("\n") if line]
+    model = byte_level_bpe(tmp_path / "tok", texts[:100], llama3=llama3)
+    theirs = tmp_path / "fast"
+    args = ["tools/preprocess_data_fast.py", "--tokenizer-type", "HuggingFaceTokenizer", "--use-gigatoken"]
+    args += ["--tokenizer-model", str(model.parent), "--json-keys", "text", "--append-eod"]
+    out = trainers.run("megatron", [*args, "--input", str(bpe_corpus), "--output-prefix", str(theirs)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    ours(bpe_corpus, model, tmp_path / "ours")
+    from workflow_scripts.core.indexed_dataset import IndexedDataset
+
+    mine, fast = (
+        IndexedDataset(f"{tmp_path / 'ours'}_text_document"),
+        IndexedDataset(f"{theirs}_text_document"),
+    )
+    assert len(mine) == len(fast) == len(texts)
+    for d in range(len(mine)):
+        assert mine[d][int(llama3) :].tolist() == fast[d].tolist(), texts[d]
+
+
 def hub_gpt2(cache: Path) -> dict[str, str]:
     """An offline Hugging Face hub cache holding ``gpt2``'s config files only (no tokenizer.json), and the
     variables that make transformers read it: Megatron-LM's ``GPT2BPETokenizer`` at this pin is
