@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts.core import cache
@@ -128,6 +128,21 @@ def test_the_byte_level_vocabulary_is_gigatokens_reading(tok: HFTokenizer) -> No
     backend.add_tokens(["▁x"])  # an added token: its content
     vocab = byte_engine.byte_level_vocab(backend)
     assert vocab[backend.token_to_id("▁x")] == "▁x".encode()
+
+
+def test_a_vocabulary_of_another_kind_is_checked_everywhere() -> None:
+    """A SentencePiece-style BPE (``▁`` for a space, byte fallback): its ``<0xE3>`` is that byte (a suspect:
+    it may start an unassigned code point), its other non-ASCII tokens are suspect whatever they hold."""
+    pieces = ["<unk>", "<0xE3>", "<0x41>", "▁", "a", "▁a", "東"]
+    model = models.BPE(
+        {p: i for i, p in enumerate(pieces)}, [("▁", "a")], unk_token="<unk>", byte_fallback=True
+    )
+    vocab = byte_engine.byte_level_vocab(Tokenizer(model))
+    assert vocab[1] == b"\xe3" and vocab[2] == b"A" and vocab[4] == b"a"
+    table = byte_engine.suspect_tokens(vocab, len(pieces))
+    assert table.tolist() == [False, True, False, True, False, True, True]
+    plain = byte_engine.byte_level_vocab(Tokenizer(models.BPE({p: i for i, p in enumerate(pieces)}, [])))
+    assert plain[1] == b"<0xE3>"  # without byte fallback it is text
 
 
 @pytest.mark.parametrize("name", list(ENGINES))

@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import random
+import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -278,6 +279,7 @@ def _loaded(cls: type[Engine], key: str, backend: Any, config: str, threads: int
     return _LOADED[key, threads]
 
 
+BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")  # a byte-fallback token
 ENGINES: dict[str, type[Engine]] = {"fastokens": Fastokens, "gigatoken": Gigatoken}  # auto: in this order
 
 
@@ -295,13 +297,18 @@ def start(backend: Any, specials: Sequence[str], choice: str, threads: int) -> t
 
 
 def byte_level_vocab(backend: Any) -> dict[int, bytes]:
-    """Each token's bytes: a byte-level token's characters mapped back to its bytes, an added token's
-    content in UTF-8. A token of another vocabulary (not byte-level) gets the UTF-8 of a character no
-    Unicode version assigns, so that every text it is in is checked."""
+    """Each token's bytes: a byte-level token's characters mapped back to its bytes, a byte-fallback token
+    (``<0xE3>``, where the model has byte fallback) its byte, an added token's content in UTF-8. Another
+    token (not byte-level) gets the UTF-8 of a character no Unicode version assigns, so that every text it
+    is in is checked."""
     to_byte = {c: b for b, c in enumerate(byte_level_alphabet())}
+    fallback = '"byte_fallback":true' in backend.to_str()
     unknown = "\U0010fffe".encode()
     vocab = {}
     for token, i in backend.get_vocab(with_added_tokens=False).items():
+        if fallback and BYTE_TOKEN.fullmatch(token):
+            vocab[i] = bytes([int(token[3:5], 16)])
+            continue
         try:
             vocab[i] = bytes(to_byte[c] for c in token)
         except KeyError:
