@@ -312,7 +312,8 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     )
     outputs = []
     variants = [("plain", False, 1, "auto"), ("memo1", True, 1, "memo"), ("memo2", True, 2, "memo")]
-    variants += [("gigatoken1", True, 1, "auto"), ("gigatoken2", True, 2, "auto")]
+    variants += [("gigatoken1", True, 1, "auto"), ("gigatoken2", True, 2, "gigatoken")]
+    variants += [("fastokens", True, 1, "fastokens")]  # it reads no SentencePiece model: the memo
     fast_stats = {}
     for name, fast, workers, engine in variants:
         stats = tok.tokenize_file(
@@ -333,6 +334,7 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     memo, engine = fast_stats["memo2"], fast_stats["gigatoken2"]
     assert memo["engine"] == "unit memo" and 0 < memo["hit_rate"] < 1 and memo["memo_entries"] > 0
     assert engine["engine"].startswith("gigatoken ") and engine["routed_to_sentencepiece"] > 0
+    assert fast_stats["fastokens"]["engine"] == "unit memo"
     ds = IndexedDataset(tok.document_prefix(str(tmp_path / "plain")))
     assert ds.num_documents == stats["docs_out"] > 0
 
