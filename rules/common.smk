@@ -226,7 +226,7 @@ def _read_json(path, mtime):
 
 
 def read_pack_index():
-    """The plan's pack index (names; shuffled sources), parsed once per version of the file."""
+    """The plan's pack index (the packs' names), parsed once per version of the file."""
     path = str(checkpoints.plan.get().output.json)
     return _read_pack_index(path, os.stat(path).st_mtime_ns)
 
@@ -255,15 +255,6 @@ def get_previous_state(wildcards):
     packs = planned_packs()
     index = packs.index(wildcards.pack) if wildcards.pack in packs else 0
     return [f"{DATAPACKS}/{packs[index - 1]}/state.json"] if index else []
-
-
-def get_pack_sources(wildcards):
-    """The shuffled copies of the sources a pack reads. Unshuffled sources are not inputs: the plan, which
-    the pack waits for, comes after every tokenize job, and the spec holds their content identities."""
-    if not config["datapacks"]["shuffle"]:
-        return []
-    names = read_pack_index()["sources"][wildcards.pack]
-    return [f"{DATAPACKS}/sources/{n}{ext}" for n in names for ext in (".bin", ".idx")]
 
 
 def get_merged_packs(wildcards):

@@ -47,26 +47,6 @@ checkpoint plan:
         " 2>&1 | tee {log:q}"
 
 
-rule shuffle_source:
-    input:
-        multiext(f"{TOK}/{naming.tokenized_prefix('{shard}')}", ".bin", ".idx"),
-    output:
-        multiext(f"{DATAPACKS}/sources/{{shard}}", ".bin", ".idx"),
-    log:
-        f"{LOGS}/datapacks/shuffle_{{shard}}.log",
-    benchmark:
-        f"{BENCH}/datapacks/shuffle_{{shard}}.tsv"
-    params:
-        prefix=lambda wildcards, input: input[0].removesuffix(".bin"),
-        out=lambda wildcards, output: output[0].removesuffix(".bin"),
-        seed=config["seed"],
-    conda:
-        "../envs/data.yaml"
-    shell:
-        "python -m workflow_scripts shuffle --prefix {params.prefix:q} --name {wildcards.shard}"
-        " --seed {params.seed} --output {params.out:q} > {log:q} 2>&1"
-
-
 rule slice_pack:
     input:
         # The plan rewrites a pack's spec only when the pack's slices or its sources' content changed.
@@ -75,7 +55,6 @@ rule slice_pack:
         # nothing.
         plan=ancient(f"{OUT}/plan.json"),
         state=get_previous_state,
-        sources=get_pack_sources,
     output:
         slices=directory(f"{DATAPACKS}/{{pack}}/slices"),
         listing=f"{DATAPACKS}/{{pack}}/slices.txt",
@@ -87,14 +66,11 @@ rule slice_pack:
         f"{BENCH}/datapacks/slice_{{pack}}.tsv"
     params:
         state=lambda wildcards, input: shlex.join(["--state-in", *input.state]) if input.state else "",
-        sources=lambda wildcards: (
-            shlex.join(["--sources-dir", f"{DATAPACKS}/sources"]) if config["datapacks"]["shuffle"] else ""
-        ),
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts slice --spec {input.spec:q} {params.state}"
-        " {params.sources} --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
+        " --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
         " --stats {output.stats:q} > {log:q} 2>&1"
 
 

@@ -47,7 +47,6 @@ COMMANDS: dict[str, Command] = {
     "stats": _c("core.stage_stats", "a stage's stats.json from its jobs' stats (checked to add up)"),
     "mixture": _c("datapacks.mixture", "a named mixture -> sampling probabilities and trainer paths"),
     "plan": _c("datapacks.plan_files", "the datapack plan: plan.json, plan.csv, plan.md"),
-    "shuffle": _c("datapacks.slicer", "a seeded shuffled copy of a tokenized source", "shuffle_main"),
     "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
     "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
     "train-reference": _c("train.reference.train", "train one pack's GPT-NeoX config (torch + DeepSpeed)"),

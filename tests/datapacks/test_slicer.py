@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from workflow_scripts.core.dataset_merge import merge, write_slice
+from workflow_scripts.core.dataset_merge import merge, write_documents, write_slice
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, IndexedDatasetError
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack, write_shuffled
+from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
@@ -59,9 +59,13 @@ def test_a_slice_wraps_around_its_source(sources) -> None:
         assert np.array_equal(ds.document(i), doc)
 
 
-def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources) -> None:
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources, shuffle) -> None:
+    """Each pack holds its ranges of each source's documents: in the source's order, or shuffled in the
+    plan's seeded order of that source (read from the source itself: no shuffled copy)."""
     tmp, docs, sig = sources
-    plan = plan_for(sig)
+    plan = plan_for(sig, shuffle)
+    orders = {n: shuffle_permutation(len(d), 5, n) if shuffle else np.arange(len(d)) for n, d in docs.items()}
     write_json(tmp / "plan.json", plan)
     assert len(plan["packs"]) == 4
     state = None
@@ -89,9 +93,11 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources) -> None:
         i = 0
         for s in pack["slices"]:
             for _, a, b in s["ranges"]:
-                for doc in docs[s["source"]][a:b]:
-                    assert np.array_equal(ds.document(i), doc)
+                for j in orders[s["source"]][a:b]:
+                    assert np.array_equal(ds.document(i), docs[s["source"]][j])
                     i += 1
+        assert i == ds.num_documents
+    assert not (tmp / "shuffled").exists()
     de = [s for p in plan["packs"] for s in p["slices"] if s["source"] == "de_web_a"]
     assert any(s["upsampled"] for s in de), "the small source wraps around and says so"
 
@@ -101,17 +107,41 @@ def test_state_mismatch_is_refused(sources) -> None:
     plan = plan_for(sig)
     write_json(tmp / "bad_state.json", {"pack": "x", "cursors": {"en_web_a": {"epoch": 0, "doc": 1}}})
     with pytest.raises(StateMismatch):
-        slice_pack(pack_spec(plan, 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"), None)
+        slice_pack(pack_spec(plan, 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"))
 
 
-def test_shuffled_copy_follows_the_plans_order(sources) -> None:
+def test_gathered_documents_equal_a_copy_built_document_by_document(sources) -> None:
+    """``write_documents`` (a shuffled slice) writes the same bytes as a builder fed the same documents, in
+    steps of a few tokens as in one."""
     tmp, docs, sig = sources
-    write_shuffled(sig[0]["prefix"], "en_web_a", 5, str(tmp / "shuffled" / "en_web_a"))
+    picked = np.array([7, 3, 3, 119, 0, 58])
+    with IndexedDatasetBuilder(tmp / "expected", np.uint16) as builder:
+        for j in picked:
+            builder.add_document(docs["en_web_a"][j])
+    for step, name in ((1 << 24, "gathered"), (50, "gathered_in_steps")):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("workflow_scripts.core.dataset_merge.GATHER_TOKENS", step)
+            counts = write_documents(sig[0]["prefix"], picked, tmp / name)
+        for ext in (".bin", ".idx"):
+            assert (tmp / f"{name}{ext}").read_bytes() == (tmp / f"expected{ext}").read_bytes()
+        assert counts["documents"] == 6 and counts["tokens"] == sum(len(docs["en_web_a"][j]) for j in picked)
+
+
+def test_gathering_needs_one_sequence_per_document(tmp_path) -> None:
+    with IndexedDatasetBuilder(tmp_path / "multi", np.uint16) as builder:
+        builder.add_item([1, 2])
+        builder.add_item([3])
+        builder.end_document()
+    with pytest.raises(IndexedDatasetError, match="one sequence per document"):
+        write_documents(tmp_path / "multi", np.array([0]), tmp_path / "out")
+
+
+def test_a_shuffled_plans_ranges_count_the_seeded_order(sources) -> None:
+    _, docs, sig = sources
     order = shuffle_permutation(120, 5, "en_web_a")
-    ds = IndexedDataset(tmp / "shuffled" / "en_web_a")
-    assert all(np.array_equal(ds.document(i), docs["en_web_a"][j]) for i, j in enumerate(order))
     plan = plan_for(sig, shuffle=True)
     first = plan["packs"][0]["slices"][0]
     lengths = np.array([len(docs["en_web_a"][j]) for j in order])
     _, a, b = first["ranges"][0]
     assert first["tokens"] == lengths[a:b].sum()
+    assert pack_spec(plan, 0, {})["seed"] == 5 and "seed" not in pack_spec(plan_for(sig), 0, {})

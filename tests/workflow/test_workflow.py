@@ -17,6 +17,7 @@ from tests.utils import REPO, Workflow, build_dataset, sft_config, train_tokeniz
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import pack_index
+from workflow_scripts.datapacks.planner import shuffle_permutation
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
@@ -178,7 +179,8 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
 
 
 def test_shuffled_sources_feed_the_packs(sample_run: Workflow, tmp_path: Path) -> None:
-    """With ``datapacks.shuffle``, each pack's sources are shuffled copies (the jobs the pack index names)."""
+    """With ``datapacks.shuffle``, each pack reads its sources' documents in the plan's seeded order of
+    each source, gathered from the tokenized sources themselves: no shuffled copy, no job per source."""
     wf = sample_run.clone(tmp_path / "wf")
     config = yaml.safe_load((wf.root / "config" / "sample.yaml").read_text())
     shuffled = {"datapacks": {**config["datapacks"], "shuffle": True}}
@@ -187,14 +189,16 @@ def test_shuffled_sources_feed_the_packs(sample_run: Workflow, tmp_path: Path) -
     args += ("shuffle.yaml",)
     wf.ok(*args)
     results, plan = wf.root / "results", load_plan(wf)
-    assert plan["shuffle"]
+    assert plan["shuffle"] and not (results / "datapacks" / "sources").exists()
     for pack in [*plan["packs"], *plan["validation"]]:
         merged, i = IndexedDataset(results / "merged" / pack["name"] / pack["name"]), 0
         for s in pack["slices"]:
-            shuffled = IndexedDataset(results / "datapacks" / "sources" / s["source"])
+            source = IndexedDataset(wf.root / s["prefix"])
+            order = shuffle_permutation(source.num_documents, plan["seed"], s["source"])
             for _, a, b in s["ranges"]:
-                assert np.array_equal(merged.document(i), shuffled.document(a)), (pack["name"], s["name"])
-                i += b - a
+                for j in order[a:b]:
+                    assert np.array_equal(merged.document(i), source.document(j)), (pack["name"], s["name"])
+                    i += 1
         assert i == merged.num_documents
     assert "Nothing to be done" in wf.ok(*args, "-n")
 

@@ -1,6 +1,8 @@
-"""New indexed datasets made of byte ranges of others: ``merge`` (whole datasets, in order) and
-``write_slice`` (document ranges of one dataset). ``.bin`` bytes are copied in the kernel (``copy_range``:
-``copy_file_range``, else ``sendfile``, else a read/write loop); the index is rebuilt with numpy.
+"""New indexed datasets made of parts of others: ``merge`` (whole datasets, in order), ``write_slice``
+(document ranges of one dataset) and ``write_documents`` (chosen documents of one dataset, in any order).
+``.bin`` bytes are copied in the kernel (``copy_range``: ``copy_file_range``, else ``sendfile``, else a
+read/write loop), or gathered with numpy a bounded number of tokens at a time; the index is rebuilt with
+numpy.
 
 Merging follows Megatron ``IndexedDatasetBuilder.add_index`` (each input's document index is offset by the
 sequences before it, its leading 0 dropped), not GPT-NeoX ``merge_file_``, which leaves the document index
@@ -23,6 +25,7 @@ from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import (
     TOKEN_DTYPE_CODES,
     IndexedDataset,
+    IndexedDatasetBuilder,
     IndexedDatasetError,
     PathLike,
     bin_path,
@@ -33,6 +36,7 @@ from workflow_scripts.core.indexed_dataset import (
 from workflow_scripts.core.progress import Progress
 
 _COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
+GATHER_TOKENS = 1 << 24  # tokens gathered per step by ``write_documents``
 
 
 def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
@@ -179,4 +183,31 @@ def write_slice(
         "tokens": sum(s.num_tokens for s in spans),
         "dtype": src.dtype.name,
         "byte_ranges": [[s.byte_start, s.byte_stop] for s in spans],
+    }
+
+
+def write_documents(src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike) -> dict[str, Any]:
+    """Write documents ``docs`` (indices, in that order) of ``src_prefix``, one sequence each, as the dataset
+    ``out_prefix``: a shuffled source's slice. Gathered about ``GATHER_TOKENS`` tokens at a time (memory
+    does not grow with the slice). The source is not re-verified (as ``write_slice``). Atomic."""
+    src = IndexedDataset(src_prefix)
+    docs = np.asarray(docs, np.int64)
+    first = src.doc_idx[docs]
+    if np.any(src.doc_idx[docs + 1] - first != 1):
+        raise IndexedDatasetError(f"{src.idx_path}: gathering documents needs one sequence per document")
+    starts, lens = src.pointers[first] // src.itemsize, src.lengths[first].astype(np.int64)
+    ends = np.cumsum(lens)  # once: each step searches it instead of summing the rest
+    with IndexedDatasetBuilder(out_prefix, src.dtype) as builder:
+        a = 0
+        while a < len(docs):
+            done = int(ends[a - 1]) if a else 0
+            b = a + max(1, int(np.searchsorted(ends[a:], done + GATHER_TOKENS)))
+            parts = [src.tokens[s : s + n] for s, n in zip(starts[a:b], lens[a:b], strict=True)]
+            builder.add_documents(np.concatenate(parts), lens[a:b])
+            a = b
+    return {
+        "documents": len(docs),
+        "sequences": len(docs),
+        "tokens": int(ends[-1]) if len(ends) else 0,
+        "dtype": src.dtype.name,
     }

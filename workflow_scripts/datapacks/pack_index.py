@@ -1,6 +1,6 @@
-"""The pack index: what the workflow's input functions read of the plan (the packs' names and, with shuffled
-sources, each pack's sources), beside the pack specs. The plan itself holds about 4 KB a shard: parsing
-it in every dry run cost seconds and gigabytes at 100,000 shards. Light: the Snakefile imports it.
+"""The pack index: what the workflow's input functions read of the plan (the packs' names), beside the pack
+specs. The plan itself holds about 4 KB a shard: parsing it in every dry run cost seconds and gigabytes at
+100,000 shards. Light: the Snakefile imports it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,10 @@ NAME = "_index/packs.json"  # under the specs directory (a folder: not one of th
 
 def of_plan(plan: dict[str, Any]) -> dict[str, Any]:
     """The index of a plan."""
-    index: dict[str, Any] = {
+    return {
         "packs": [p["name"] for p in plan["packs"]],
         "validation": [p["name"] for p in plan["validation"]],
     }
-    if plan["shuffle"]:
-        packs = [*plan["packs"], *plan["validation"]]
-        index["sources"] = {p["name"]: sorted({s["source"] for s in p["slices"]}) for p in packs}
-    return index
 
 
 def write(plan: dict[str, Any], specs_dir: str | os.PathLike[str]) -> None:
