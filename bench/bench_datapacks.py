@@ -101,7 +101,7 @@ def main() -> None:
 
         def run_slice() -> None:
             slices.mkdir(exist_ok=True)
-            slice_pack(pack_spec(plan, 0, {}), str(slices), None, None)
+            slice_pack(pack_spec(plan, 0, {}), str(slices), None)
 
         def clear(name: str) -> None:
             """Remove a step's previous output outside the timing (freeing 1 GB of blocks takes a while)."""

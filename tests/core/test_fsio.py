@@ -135,3 +135,14 @@ def test_trailing_garbage_is_an_error(tmp_path: Path) -> None:
     path.write_bytes(data + b"not zstd")
     with pytest.raises((OSError, zstandard.ZstdError)), open_binary(path) as f:
         f.read()
+
+
+def test_a_file_not_made_durable_is_renamed_without_an_fsync(tmp_path: Path, monkeypatch) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr(fsio, "fsync_path", synced.append)
+    for durable in (True, False):
+        with fsio.atomic_path(tmp_path / f"{durable}.txt", durable) as tmp:
+            tmp.write_text("x")
+        assert (tmp_path / f"{durable}.txt").read_text() == "x"
+    assert synced == [tmp_path / ".tmp.True.txt", tmp_path]  # the file, then its directory
+    fsio.sync_filesystem(tmp_path)  # what the caller runs once after many such files

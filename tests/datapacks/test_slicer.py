@@ -102,6 +102,17 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources, shuffle) ->
     assert any(s["upsampled"] for s in de), "the small source wraps around and says so"
 
 
+def test_slices_are_flushed_once_not_one_by_one(sources, monkeypatch) -> None:
+    """A pack of many slices: no fsync per slice file, one flush of the file system before the pack's
+    list, state and stats are written."""
+    tmp, _, sig = sources
+    calls: list[str] = []
+    monkeypatch.setattr("workflow_scripts.core.fsio.fsync_path", lambda _: calls.append("fsync"))
+    monkeypatch.setattr("workflow_scripts.datapacks.slicer.sync_filesystem", lambda _: calls.append("sync"))
+    stats = slice_pack(pack_spec(plan_for(sig), 0, {}), str(tmp / "p0"), None)
+    assert len(stats["slices"]) == 2 and calls == ["sync"]
+
+
 def test_state_mismatch_is_refused(sources) -> None:
     tmp, _, sig = sources
     plan = plan_for(sig)

@@ -154,13 +154,13 @@ def merge(
 
 
 def write_slice(
-    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike
+    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike, durable: bool = True
 ) -> dict[str, Any]:
     """Write documents ``[a, b)`` of each range of ``src_prefix``, in order, as the dataset ``out_prefix``.
 
     One byte-range copy per range plus index arithmetic (a slice that wraps around its source has two
     ranges). The source is not re-verified (callers cutting many slices verify it once); the written index
-    is consistent whenever the source is. Atomic.
+    is consistent whenever the source is. Atomic (``durable``: see ``fsio.atomic_path``).
     """
     src = IndexedDataset(src_prefix)
     if src.dtype not in TOKEN_DTYPE_CODES:
@@ -172,7 +172,8 @@ def write_slice(
         lengths.append(src.lengths[span.seq_start : span.seq_stop])
         doc_idx.append(src.doc_idx[span.doc_start + 1 : span.doc_stop + 1] - span.seq_start + sequences)
         sequences += span.seq_stop - span.seq_start
-    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
+    idx_out, bin_out = atomic_path(idx_path(out_prefix), durable), atomic_path(bin_path(out_prefix), durable)
+    with idx_out as idx_tmp, bin_out as bin_tmp:
         with open(bin_tmp, "wb") as f:
             for span in spans:
                 copy_range(src.bin_path, span.byte_start, span.nbytes, f)
@@ -186,10 +187,13 @@ def write_slice(
     }
 
 
-def write_documents(src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike) -> dict[str, Any]:
+def write_documents(
+    src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike, durable: bool = True
+) -> dict[str, Any]:
     """Write documents ``docs`` (indices, in that order) of ``src_prefix``, one sequence each, as the dataset
     ``out_prefix``: a shuffled source's slice. Gathered about ``GATHER_TOKENS`` tokens at a time (memory
-    does not grow with the slice). The source is not re-verified (as ``write_slice``). Atomic."""
+    does not grow with the slice). The source is not re-verified (as ``write_slice``). Atomic, as
+    ``write_slice``."""
     src = IndexedDataset(src_prefix)
     docs = np.asarray(docs, np.int64)
     first = src.doc_idx[docs]
@@ -197,7 +201,7 @@ def write_documents(src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike
         raise IndexedDatasetError(f"{src.idx_path}: gathering documents needs one sequence per document")
     starts, lens = src.pointers[first] // src.itemsize, src.lengths[first].astype(np.int64)
     ends = np.cumsum(lens)  # once: each step searches it instead of summing the rest
-    with IndexedDatasetBuilder(out_prefix, src.dtype) as builder:
+    with IndexedDatasetBuilder(out_prefix, src.dtype, durable) as builder:
         a = 0
         while a < len(docs):
             done = int(ends[a - 1]) if a else 0

@@ -312,11 +312,11 @@ class IndexedDatasetBuilder:
 
     Tokens go to a temporary ``.bin`` as they are added; lengths and the document index grow in columns
     that spill to temporary files (``spill_column``); ``close()`` writes the ``.idx`` and renames both files
-    into place. Used as a context manager, an exception aborts: temporary files are removed and no final file
-    appears.
+    into place (fsync'd unless ``durable`` is False: see ``fsio.atomic_path``). Used as a context manager, an
+    exception aborts: temporary files are removed and no final file appears.
     """
 
-    def __init__(self, prefix: PathLike, dtype: DTypeLike = np.int32) -> None:
+    def __init__(self, prefix: PathLike, dtype: DTypeLike = np.int32, durable: bool = True) -> None:
         self.prefix = os.fspath(prefix)
         self.dtype = token_dtype(dtype)
         directory = os.path.dirname(os.path.abspath(self.prefix))
@@ -327,8 +327,8 @@ class IndexedDatasetBuilder:
         self._num_tokens = 0
         self._stack = contextlib.ExitStack()
         try:
-            self._idx_tmp = self._stack.enter_context(atomic_path(idx_path(prefix)))
-            bin_tmp = self._stack.enter_context(atomic_path(bin_path(prefix)))
+            self._idx_tmp = self._stack.enter_context(atomic_path(idx_path(prefix), durable))
+            bin_tmp = self._stack.enter_context(atomic_path(bin_path(prefix), durable))
             bin_file = open(bin_tmp, "wb", buffering=1 << 20)  # noqa: SIM115 - closed by the exit stack
             self._bin: IO[bytes] | None = self._stack.enter_context(bin_file)
         except BaseException:

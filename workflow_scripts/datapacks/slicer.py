@@ -24,7 +24,7 @@ import numpy as np
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.dataset_merge import write_documents, write_slice
 from workflow_scripts.core.dataset_verify import verify
-from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.fsio import atomic_path, read_json, sync_filesystem, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.datapacks.planner import shuffle_permutation
@@ -94,10 +94,10 @@ def slice_pack(
             orders[src] = reading_order(spec, src, s["source"])
         out = os.path.join(out_dir, s["name"])
         order = orders[src]
-        if order is None:
-            counts = write_slice(src, ranges, out)
+        if order is None:  # not fsync'd one by one: the whole folder is flushed once below
+            counts = write_slice(src, ranges, out, durable=False)
         else:
-            counts = write_documents(src, np.concatenate([order[a:b] for a, b in ranges]), out)
+            counts = write_documents(src, np.concatenate([order[a:b] for a, b in ranges]), out, durable=False)
         if counts["tokens"] != s["tokens"] or counts["documents"] != s["documents"]:
             raise RuntimeError(f"{out}: wrote {counts} but the plan says {s['tokens']} tokens")
         if progress is not None:
@@ -111,6 +111,7 @@ def slice_pack(
                 "upsampled": s["upsampled"],
             }
         )
+    sync_filesystem(out_dir)  # before the list, state and stats say the slices are there
     taken = sum(s["tokens"] for s in slices)
     return {
         "pack": pack_name,
