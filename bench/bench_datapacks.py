@@ -7,10 +7,12 @@ the slicer (byte-range copies of each source's share, seed 000 names) and the me
 cache). Best time of each; MB = 10^6 bytes of ``.bin``. Goal: slicing and
 merging each run at >= 0.8 x the speed of cat of the same bytes. The pack's bytes are copied twice in
 the workflow (sources -> slices -> merged pack), so the end to end rate is also printed, against cat.
-Figures also go to bench/results/datapacks.json.
+Figures also go to bench/results/datapacks.json. With ``--shuffle`` the plan reads each source in its
+seeded order and the slicer gathers those documents (``write_documents``) instead of copying ranges.
 
     .venv/bin/python bench/bench_datapacks.py                 # 6 sources, 1.2 GB, a 1 GB pack
     .venv/bin/python bench/bench_datapacks.py --pack-mb 200   # quicker
+    .venv/bin/python bench/bench_datapacks.py --shuffle       # a shuffled pack
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def main() -> None:
     parser.add_argument("--pack-mb", type=int, default=1000, help="size of the planned pack (MB of .bin)")
     parser.add_argument("--sources", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--shuffle", action="store_true", help="plan and slice a shuffled pack")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
 
@@ -78,6 +81,7 @@ def main() -> None:
             "training": {"seq_length": 4096, "global_batch_size": 64, "epoch_rule": "neox"},
             "datapacks": {
                 "max_tokens_per_pack": 10**12,
+                "shuffle": args.shuffle,
                 "phases": [{"name": "main", "tokens": args.pack_mb * harness.MB // 2, "mixture": "m"}],
             },
             "mixtures": {"m": {}},
