@@ -63,6 +63,7 @@ def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer, name:
         assert tok.reads_utf8 == (name == "gigatoken")
         ids, lengths = tok.encode_flat(sample, 2)
         assert 0 < engine.routed < len(sample)  # random code points include unassigned ones
+        assert tok.last_routed == [i for i, t in enumerate(sample) if has_unassigned(t)]
     assert lengths.tolist() == [len(e) for e in expected]
     assert np.array_equal(ids, np.concatenate(expected))
     assert tok.engine is None  # only inside the block
@@ -183,11 +184,18 @@ def test_every_engine_writes_the_same_files_and_counts_the_bytes(
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in sample])
     settings = resolve_settings(tok, eod="auto")
     files, sizes = {}, sum(len(t.encode()) for t in sample)
+    routed = [n for n, t in enumerate(sample[:-1], start=1) if has_unassigned(t)]  # the long one: the library
+    assert routed
     for engine in ("fastokens", "gigatoken", "memo"):
         stats = encode.tokenize_file(
             str(path), str(tmp_path / engine), tok, settings, engine=engine, batch_bytes=900
         )
         assert stats["docs_out"] == len(sample) and stats["bytes"] == sizes, engine
         assert stats["fast_encode"]["engine"].startswith(engine if engine != "memo" else "tokenizers"), stats
+        if engine != "memo":  # the lines of the first ROUTED_LINES documents left to the library
+            assert stats["fast_encode"]["routed_lines"] == routed[: encode.ROUTED_LINES]
+            assert stats["fast_encode"]["routed_to_tokenizers"] == len(routed) > encode.ROUTED_LINES
+        else:
+            assert "routed_lines" not in stats["fast_encode"]
         files[engine] = [Path(f"{tmp_path / engine}_text_document{e}").read_bytes() for e in (".bin", ".idx")]
     assert files["fastokens"] == files["gigatoken"] == files["memo"]

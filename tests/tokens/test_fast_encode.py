@@ -334,6 +334,9 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     memo, engine = fast_stats["memo2"], fast_stats["gigatoken2"]
     assert memo["engine"] == "unit memo" and 0 < memo["hit_rate"] < 1 and memo["memo_entries"] > 0
     assert engine["engine"].startswith("gigatoken ") and engine["routed_to_sentencepiece"] > 0
+    spelled = ("<s>", "</s>", "<|endoftext|>", "<tab>")  # the model's added pieces, written in the texts
+    named = [n for n, r in enumerate(records, start=1) if any(p in r["text"] for p in spelled)]
+    assert engine["routed_lines"] == named  # the input lines of the documents left to SentencePiece
     assert fast_stats["fastokens"]["engine"] == "unit memo"
     ds = IndexedDataset(tok.document_prefix(str(tmp_path / "plain")))
     assert ds.num_documents == stats["docs_out"] > 0

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from workflow_scripts.tokens.sp_engine import SpEngine
 
 DEFAULTS = TokenizeSettings()
+ROUTED_LINES = 100  # the input lines of the first documents an engine left to its library, named in the stats
 
 
 def document_prefix(output_prefix: str, json_key: str = "text") -> str:
@@ -110,6 +111,7 @@ def tokenize_file(
     dtype = best_dtype(tokenizer.vocab_size)
     rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
     docs_in = docs_out = tokens = text_bytes = input_bytes = 0
+    routed: list[int] = []  # their lines (the first ROUTED_LINES)
     unsafe_before = tokenizer.unsafe_cuts
     plain = not input_path.endswith((".gz", ".zst"))
     with (
@@ -136,6 +138,7 @@ def tokenize_file(
             for r in sorted(rejects, key=lambda r: r.line):
                 quarantine.write(orjson.dumps(r.__dict__) + b"\n")
                 rejected[r.reason] += 1
+            routed += batch.routed[: ROUTED_LINES - len(routed)]
             docs_in += batch.docs_in
             docs_out += int(keep.sum())
             tokens += len(out)
@@ -158,6 +161,7 @@ def tokenize_file(
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
         run = progress.summary(docs_in, docs_out, sum(rejected.values()))
         fast_stats = fast_summary(tokenizer, fast, fast_encode)
+        fast_stats |= routed_lines(routed, fast_stats)
     stats = {
         "input": input_path,
         "output_prefix": prefix,
@@ -201,13 +205,33 @@ def encoded(
         for batch in batches:
             long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
             if splitter is not None:
-                flat, lengths = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, workers)
+                flat, lengths, routed = encode_sft(
+                    tokenizer, splitter, settings.marker_ids, batch.texts, workers
+                )
             elif batch.utf8:  # the encoder reads the reader's UTF-8 bytes
                 flat, lengths = tokenizer.encode_flat(batch.texts, workers, utf8=batch.utf8_batch())
+                routed = tokenizer.last_routed
             else:
                 flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+                routed = tokenizer.last_routed
+            batch.routed = [batch.lines[i] for i in routed]
             batch.measure()
             yield batch, long, flat, lengths
+
+
+def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:
+    """The stats' ``routed_lines`` where an engine may leave documents to its library (``routed_to_*``): the
+    input lines of the first ``ROUTED_LINES`` of them (said in the log too)."""
+    count = next((n for key, n in fast.items() if key.startswith("routed_to_")), None)
+    if count is None:
+        return {}
+    if lines:
+        shown = ", ".join(map(str, lines[:10])) + (", ..." if count > 10 else "")
+        print(
+            f"{count:,} texts encoded by the library, where the engine may differ: lines {shown}",
+            file=sys.stderr,
+        )
+    return {"routed_lines": lines}
 
 
 def fast_summary(

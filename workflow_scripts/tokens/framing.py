@@ -74,11 +74,14 @@ def encode_sft(
     marker_ids: Mapping[str, int],
     texts: Sequence[str],
     threads: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode SFT texts: spans between markers batched through SentencePiece, markers as their ids."""
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Encode SFT texts: spans between markers batched through the tokenizer, markers as their ids. Also
+    the texts (indices) with a span that the tokenizer's engine left to its library."""
     layouts = [splitter.split(t) for t in texts]
+    owners = [d for d, layout in enumerate(layouts) for _, is_marker in layout if not is_marker]
     spans = [part for layout in layouts for part, is_marker in layout if not is_marker]
     flat, span_lengths = tokenizer.encode_flat(spans, threads, specials=False)  # markers frame the spans
+    routed = sorted({owners[k] for k in tokenizer.last_routed})
     ends = np.cumsum(span_lengths)
     pieces: list[np.ndarray] = []
     lengths = np.zeros(len(texts), np.int64)
@@ -92,7 +95,7 @@ def encode_sft(
                 k += 1
             pieces.append(piece)
             lengths[d] += len(piece)
-    return (np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths
+    return (np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths, routed
 
 
 def frame(

@@ -65,6 +65,7 @@ class HFTokenizer:
         self.engine_note = "turned off"
         self.memo: ByteMemo | None = None  # the unit memo, inside ``fast_encoding`` where it is exact
         self.memo_note = "turned off"
+        self.last_routed: list[int] = []  # texts of the last ``encode_flat`` the engine left to the library
 
     @classmethod
     def gpt2(cls, vocab: str, merges: str) -> HFTokenizer:
@@ -269,6 +270,7 @@ class HFTokenizer:
         """Encode ``texts`` (with the post-processor's tokens unless ``specials`` is False); return all ids
         concatenated (int32) and the per-text lengths (int64). ``utf8``: the texts' UTF-8 bytes and sizes
         (``byte_engine.utf8_batch``), when the caller has them."""
+        self.last_routed = []
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
@@ -282,6 +284,7 @@ class HFTokenizer:
         routed = [i for i in routed if has_unassigned(texts[i])]
         if routed:
             self.engine.routed += len(routed)
+            self.last_routed = routed
             parts = np.split(ids, np.cumsum(lengths)[:-1])
             for i in routed:
                 parts[i] = self._library_flat([texts[i]], False)[0]

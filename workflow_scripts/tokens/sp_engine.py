@@ -59,6 +59,7 @@ class SpEngine:
         self.sp = sp
         self.protect = re.compile("|".join(map(re.escape, added))) if added else None
         self.routed = 0  # documents encoded by SentencePiece instead (they spell an added piece)
+        self.last_routed: list[int] = []  # those of the last ``encode_flat`` (indices of its texts)
         self.threads = 1
 
     @classmethod
@@ -117,6 +118,7 @@ class SpEngine:
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
             ids = np.concatenate(docs)
         self.routed += len(routed)
+        self.last_routed = routed
         return ids.astype(np.int32), lengths
 
     def _parallel(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,7 @@ class Tokenizer:
         self.numpy_output = _has_numpy_output(self.sp)
         self.unsafe_cuts = 0  # cuts of long documents that may have changed ids (see ``pieces``)
         self.fast: SpEngine | FastEncoder | None = None  # set by ``fast_encoding``
+        self.last_routed: list[int] = []  # texts of the last ``encode_flat`` the engine left to SentencePiece
 
     @functools.cached_property
     def fast_plan(self) -> tuple[Plan | None, str]:
@@ -220,12 +221,16 @@ class Tokenizer:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Encode ``texts``; return all ids concatenated (int32, or the output dtype through the fast path)
         and the per-text lengths (int64). ``specials`` is for other kinds (SentencePiece adds none)."""
+        self.last_routed = []
         if not texts:
             return np.empty(0, np.int32), np.empty(0, np.int64)
         texts = list(texts)
         long = any(len(t) > LONG_CHARS for t in texts)
         if self.fast is not None and not long:
-            return self.fast.encode_flat(texts)
+            ids, lengths = self.fast.encode_flat(texts)
+            if isinstance(self.fast, SpEngine):
+                self.last_routed = self.fast.last_routed
+            return ids, lengths
         if long:
             arrays = [
                 np.concatenate(list(self.encode_long(t)))
