@@ -31,8 +31,9 @@ in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
 the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
-a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes) and the main
-thread writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
+a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and nothing else:
+the main thread checks its ids and adds the template's tokens, ``HFTokenizer.finish``) and the main thread
+writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
 of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where
 it gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like
 units, each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards
@@ -111,7 +112,7 @@ def tokenize_file(
     dtype = best_dtype(tokenizer.vocab_size)
     rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
     docs_in = docs_out = tokens = text_bytes = input_bytes = 0
-    routed: list[int] = []  # their lines (the first ROUTED_LINES)
+    named: list[int] = []  # the lines of the documents an engine left to its library (the first ROUTED_LINES)
     unsafe_before = tokenizer.unsafe_cuts
     plain = not input_path.endswith((".gz", ".zst"))
     with (
@@ -122,7 +123,14 @@ def tokenize_file(
         open(quarantine_tmp, "wb") as quarantine,
     ):
         batches = prefetch(read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8))
-        for batch, long, flat, lengths in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
+        for batch, long, flat, lengths, routed in prefetch(
+            encoded(batches, tokenizer, splitter, settings, workers)
+        ):
+            if routed is None:  # an engine's ids, made final here (``HFTokenizer.finish``)
+                flat, lengths = tokenizer.finish(batch.texts, flat, lengths)
+                routed = tokenizer.last_routed
+            named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
+            batch.measure()
             keep = (lengths > 0) & (lengths >= settings.min_tokens)
             rejects = batch.rejects + [
                 Reject(
@@ -138,7 +146,6 @@ def tokenize_file(
             for r in sorted(rejects, key=lambda r: r.line):
                 quarantine.write(orjson.dumps(r.__dict__) + b"\n")
                 rejected[r.reason] += 1
-            routed += batch.routed[: ROUTED_LINES - len(routed)]
             docs_in += batch.docs_in
             docs_out += int(keep.sum())
             tokens += len(out)
@@ -161,7 +168,7 @@ def tokenize_file(
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
         run = progress.summary(docs_in, docs_out, sum(rejected.values()))
         fast_stats = fast_summary(tokenizer, fast, fast_encode)
-        fast_stats |= routed_lines(routed, fast_stats)
+        fast_stats |= routed_lines(named, fast_stats)
     stats = {
         "input": input_path,
         "output_prefix": prefix,
@@ -198,25 +205,30 @@ def encoded(
     splitter: MarkerSplitter | None,
     settings: RecordSettings,
     workers: int,
-) -> Generator[tuple[Batch, tuple[str, int, Any, int] | None, np.ndarray, np.ndarray], None, None]:
-    """Each batch with its long document taken out (pretraining), and its texts' ids and lengths (run in a
-    thread of its own by ``prefetch``: the next batch encodes while this one is written)."""
+) -> Generator[
+    tuple[Batch, tuple[str, int, Any, int] | None, np.ndarray, np.ndarray, list[int] | None], None, None
+]:
+    """Each batch with its long document taken out (pretraining), its texts' ids and lengths, and the texts
+    (indices) the tokenizer's engine left to its library; run in a thread of its own by ``prefetch``, so
+    the next batch encodes while this one is written. An engine's ids come as it gave them (``encode_raw``)
+    with None for the routed texts: the caller makes them final (``finish``) beside the next batch's
+    encoding."""
     with contextlib.closing(batches):
         for batch in batches:
             long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
+            utf8 = {"utf8": batch.utf8_batch()} if batch.utf8 else {}  # the reader's UTF-8 bytes, when read
+            raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, workers, **utf8)
+            if raw is not None:  # finished by the caller, while the next batch encodes
+                yield batch, long, *raw, None
+                continue
             if splitter is not None:
                 flat, lengths, routed = encode_sft(
                     tokenizer, splitter, settings.marker_ids, batch.texts, workers
                 )
-            elif batch.utf8:  # the encoder reads the reader's UTF-8 bytes
-                flat, lengths = tokenizer.encode_flat(batch.texts, workers, utf8=batch.utf8_batch())
-                routed = tokenizer.last_routed
             else:
-                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
+                flat, lengths = tokenizer.encode_flat(batch.texts, workers, **utf8)
                 routed = tokenizer.last_routed
-            batch.routed = [batch.lines[i] for i in routed]
-            batch.measure()
-            yield batch, long, flat, lengths
+            yield batch, long, flat, lengths, routed
 
 
 def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:

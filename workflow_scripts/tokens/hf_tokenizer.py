@@ -43,6 +43,11 @@ from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
 
 
+def no_ids() -> tuple[np.ndarray, np.ndarray]:
+    """No ids and no lengths."""
+    return np.empty(0, np.int32), np.empty(0, np.int64)
+
+
 class HFTokenizerError(UserError, ValueError):
     """A tokenizer.json or token specification that cannot be used."""
 
@@ -272,21 +277,36 @@ class HFTokenizer:
         (``byte_engine.utf8_batch``), when the caller has them."""
         self.last_routed = []
         if not texts:
-            return np.empty(0, np.int32), np.empty(0, np.int64)
-        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
+            return no_ids()
+        raw = self.encode_raw(texts, threads, utf8)
+        return self._library_flat(texts, specials) if raw is None else self.finish(texts, *raw, specials)
+
+    def encode_raw(
+        self, texts: Sequence[str], threads: int, utf8: tuple[bytes, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The engine's (or the unit memo's) ids of ``texts`` and their lengths, before ``finish``; None when
+        neither is in use (the library encodes)."""
         if self.engine is None and self.memo is None:
-            return self._library_flat(texts, specials)
+            return None
+        if not texts:
+            return no_ids()
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.memo is not None:  # the memo runs only where no engine library is used
-            ids, lengths = self.memo.encode(*(utf8 or utf8_batch(texts)))
-        else:
-            ids, lengths = self.engine.encode(texts, utf8)
+            return self.memo.encode(*(utf8 or utf8_batch(texts)))
+        return self.engine.encode(texts, utf8)
+
+    def finish(
+        self, texts: Sequence[str], ids: np.ndarray, lengths: np.ndarray, specials: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_raw``'s ids made final: the texts the engine may read differently (an unassigned code
+        point) encoded by the library instead (their indices in ``last_routed``), and the post-processor's
+        tokens added unless ``specials`` is False."""
         routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
-        routed = [i for i in routed if has_unassigned(texts[i])]
-        if routed:
-            self.engine.routed += len(routed)
-            self.last_routed = routed
+        self.last_routed = [i for i in routed if has_unassigned(texts[i])]
+        if self.last_routed:
+            self.engine.routed += len(self.last_routed)
             parts = np.split(ids, np.cumsum(lengths)[:-1])
-            for i in routed:
+            for i in self.last_routed:
                 parts[i] = self._library_flat([texts[i]], False)[0]
             ids, lengths = np.concatenate(parts), np.fromiter(map(len, parts), np.int64, len(parts))
         return frame(ids, lengths, *self.specials) if specials else (ids, lengths)

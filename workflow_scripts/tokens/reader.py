@@ -53,7 +53,6 @@ class Batch:
     text_bytes: list[int] = field(default_factory=list)  # read with the UTF-8 bytes, else by ``measure``
     utf8: list[bytes] = field(default_factory=list)  # the texts' UTF-8 bytes, when asked for
     rejects: list[Reject] = field(default_factory=list)
-    routed: list[int] = field(default_factory=list)  # lines the engine left to the library (set when encoded)
     input_bytes: int = 0
     size: int = 0  # text bytes (characters without the UTF-8 bytes), to cut batches
 

@@ -216,6 +216,10 @@ class Tokenizer:
         for piece in self.pieces(text, LONG_CHARS):
             yield np.asarray(self.sp.encode(piece), np.int32)
 
+    def encode_raw(self, texts: Sequence[str], threads: int, utf8: object = None) -> None:
+        """None: SentencePiece's ids need no finishing apart (``hf_tokenizer``'s do); ``encode_flat``."""
+        return None
+
     def encode_flat(
         self, texts: Sequence[str], threads: int, specials: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
