@@ -8,7 +8,8 @@ cache). Best time of each; MB = 10^6 bytes of ``.bin``. Goal: slicing and
 merging each run at >= 0.8 x the speed of cat of the same bytes. The pack's bytes are copied twice in
 the workflow (sources -> slices -> merged pack), so the end to end rate is also printed, against cat.
 Figures also go to bench/results/datapacks.json. With ``--shuffle`` the plan reads each source in its
-seeded order and the slicer gathers those documents (``write_documents``) instead of copying ranges.
+seeded order and the slicer gathers those documents (``write_documents``) instead of copying ranges
+(figures in datapacks_shuffled.json).
 
     .venv/bin/python bench/bench_datapacks.py                 # 6 sources, 1.2 GB, a 1 GB pack
     .venv/bin/python bench/bench_datapacks.py --pack-mb 200   # quicker
@@ -150,10 +151,11 @@ def main() -> None:
         peak_mib = harness.peak_rss_mib()
         print(
             f"goal slice and merge >= {GOAL_RATIO}x cat: {'met' if met else 'NOT met'}; "
-            f"peak RSS {peak_mib:.0f} MB (indexes only: {pack['documents']} documents)"
+            f"peak RSS {peak_mib:.0f} MB (indexes{' and orders' if args.shuffle else ''} only: "
+            f"{pack['documents']} documents)"
         )
         harness.write_results(
-            "datapacks",
+            "datapacks_shuffled" if args.shuffle else "datapacks",
             {
                 "args": vars(args),
                 "sources_mb": round(src_bytes / harness.MB, 1),

@@ -38,7 +38,7 @@ def test_a_validation_pack_from_several_sources_holds_their_last_documents(tmp_p
         ("en_web_a", [[0, 30, 60]]),
         ("en_web_b", [[0, 60, 70]]),
     ]
-    stats = slice_pack(pack_spec(plan, None, {}, "valid_en"), str(tmp_path / "valid_en"), None, None)
+    stats = slice_pack(pack_spec(plan, None, {}, "valid_en"), str(tmp_path / "valid_en"), None)
     merged = merge([s["prefix"] for s in stats["slices"]], tmp_path / "valid_en_merged")
     assert merged["tokens"] == valid["tokens"] == 1500
     ds = IndexedDataset(tmp_path / "valid_en_merged")

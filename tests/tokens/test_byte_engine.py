@@ -4,6 +4,7 @@ tokens framed."""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -67,6 +68,17 @@ def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer, name:
     assert lengths.tolist() == [len(e) for e in expected]
     assert np.array_equal(ids, np.concatenate(expected))
     assert tok.engine is None  # only inside the block
+
+
+def test_the_librarys_pool_gets_the_threads_asked_for(
+    tok: HFTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an engine (``fast_encode`` off, or none exact) the ``tokenizers`` library encodes, on a pool
+    sized from ``RAYON_NUM_THREADS`` when it starts: set from the threads asked for, as with an engine."""
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    assert tok.engine is None and tok.memo is None
+    _, lengths = tok.encode_flat(["some text", "more"], 3)
+    assert os.environ["RAYON_NUM_THREADS"] == "3" and len(lengths) == 2 and tok.last_routed == []
 
 
 def test_a_setting_gigatoken_reads_differently_keeps_fastokens(tmp_path: Path) -> None:

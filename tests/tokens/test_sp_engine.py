@@ -110,3 +110,24 @@ def test_a_passed_model_is_recorded_and_not_probed_again(
     assert second is not None and again == note
     batch = docs(3)
     assert split(*second.encode_flat(batch)) == split(*first.encode_flat(batch))
+
+
+def test_the_texts_left_to_sentencepiece_are_named_in_a_batch_with_a_long_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``last_routed`` holds the batch's indices of the texts gigatoken left to SentencePiece, also when a
+    long text in the batch has each short one encoded alone."""
+    from workflow_scripts.tokens import tokenizer as sp_tokenizer
+
+    path = tmp_path / "ours.model"
+    path.write_bytes(train(**ours("bpe")))
+    tok = sp_tokenizer.Tokenizer(path)
+    monkeypatch.setattr(sp_tokenizer, "LONG_CHARS", 50)
+    batch = ["plain", "long " * 20, "<s> and </s> stay text", "more plain"]
+    with tok.fast_encoding(True, 1, 1 << 10, 64, "gigatoken") as engine:
+        assert isinstance(engine, SpEngine)
+        flat, lengths = tok.encode_flat(batch, 1)
+        assert tok.last_routed == [2]
+        assert split(flat, lengths)[2] == tok.sp.encode(batch[2])
+        tok.encode_flat(["<s>", "x"], 1)
+        assert tok.last_routed == [0]

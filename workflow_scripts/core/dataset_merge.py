@@ -191,9 +191,9 @@ def write_documents(
     src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike, durable: bool = True
 ) -> dict[str, Any]:
     """Write documents ``docs`` (indices, in that order) of ``src_prefix``, one sequence each, as the dataset
-    ``out_prefix``: a shuffled source's slice. Gathered about ``GATHER_TOKENS`` tokens at a time (memory
-    does not grow with the slice). The source is not re-verified (as ``write_slice``). Atomic, as
-    ``write_slice``."""
+    ``out_prefix``: a shuffled source's slice. The tokens are gathered about ``GATHER_TOKENS`` at a time;
+    the index arrays take 8 bytes a document. The source is not re-verified (as ``write_slice``). Atomic,
+    as ``write_slice``."""
     src = IndexedDataset(src_prefix)
     docs = np.asarray(docs, np.int64)
     first = src.doc_idx[docs]

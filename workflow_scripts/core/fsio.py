@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gzip
 import io
 import os
@@ -32,12 +33,18 @@ def fsync_path(path: Path) -> None:
 
 def sync_filesystem(path: str | os.PathLike[str]) -> None:
     """Flush what was written to the file system holding ``path`` to stable storage, in one call
-    (``syncfs``; ``sync`` where the C library has none): after many files written with ``durable=False``,
-    instead of an ``fsync`` of each file and of its directory."""
+    (``syncfs``; ``sync`` where the C library or the kernel has none): after many files written with
+    ``durable=False``, instead of an ``fsync`` of each file and of its directory. It flushes the whole file
+    system (other jobs' writes on a shared node too). A write-back error raises, as ``fsync`` would."""
     fd = os.open(path, os.O_RDONLY)
     try:
         syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
-        if syncfs is None or syncfs(fd) != 0:
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            error = ctypes.get_errno()
+            if error != errno.ENOSYS:
+                raise OSError(error, f"syncfs: {os.strerror(error)}", os.fspath(path))
             os.sync()
     finally:
         os.close(fd)

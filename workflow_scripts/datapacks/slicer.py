@@ -67,7 +67,9 @@ def reading_order(spec: dict[str, Any], prefix: str, name: str) -> np.ndarray | 
     if not spec["shuffle"]:
         return None
     if "seed" not in spec:
-        raise UserError(f"pack {spec['name']}: its spec was made by an older plan; rerun the plan")
+        raise UserError(
+            f"pack {spec['name']}: its spec was made by an older plan; rerun the plan (--forcerun plan)"
+        )
     return shuffle_permutation(IndexedDataset(prefix).num_documents, spec["seed"], name)
 
 
@@ -85,19 +87,20 @@ def slice_pack(
                 f"{state_in}: the cursor after the previous pack differs from the plan; rerun the earlier "
                 "packs (snakemake reruns them when their plan entry changed)"
             )
-    orders: dict[str, np.ndarray | None] = {}
+    verified: set[str] = set()
     slices = []
     for s in pack["slices"]:
         src, ranges = s["prefix"], [(a, b) for _, a, b in s["ranges"]]
-        if src not in orders:
+        if src not in verified:
             verify(src)
-            orders[src] = reading_order(spec, src, s["source"])
+            verified.add(src)
         out = os.path.join(out_dir, s["name"])
-        order = orders[src]
-        if order is None:  # not fsync'd one by one: the whole folder is flushed once below
+        order = reading_order(spec, src, s["source"])  # one source's at a time (a slice a source, a pack)
+        if order is None:  # not fsync'd one by one: their file system is flushed once below
             counts = write_slice(src, ranges, out, durable=False)
         else:
-            counts = write_documents(src, np.concatenate([order[a:b] for a, b in ranges]), out, durable=False)
+            docs = np.concatenate([order[a:b] for a, b in ranges])
+            counts = write_documents(src, docs, out, durable=False)
         if counts["tokens"] != s["tokens"] or counts["documents"] != s["documents"]:
             raise RuntimeError(f"{out}: wrote {counts} but the plan says {s['tokens']} tokens")
         if progress is not None:

@@ -31,14 +31,14 @@ in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
 the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
-a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and nothing else:
-the main thread checks its ids and adds the template's tokens, ``HFTokenizer.finish``) and the main thread
-writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
-of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where
-it gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like
-units, each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards
-(the same ids; the stats' ``fast_encode`` gives the engine, the memo's hit rate and size, or why the model
-needs SentencePiece for every text).
+a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining
+nothing else: the main thread checks its ids and adds the template's tokens, ``HFTokenizer.finish``) and the
+main thread writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
+of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it
+gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like units,
+each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same
+ids; the stats' ``fast_encode`` gives the engine, the memo's hit rate and size, or why the model needs
+SentencePiece for every text).
 Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
 document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50
 bytes a character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece
@@ -59,7 +59,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import orjson
@@ -79,6 +79,7 @@ from workflow_scripts.tokens.sft import MarkerSplitter
 
 if TYPE_CHECKING:
     from workflow_scripts.tokens.byte_engine import Engine
+    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
     from workflow_scripts.tokens.kinds import AnyTokenizer
     from workflow_scripts.tokens.sp_engine import SpEngine
 
@@ -126,9 +127,10 @@ def tokenize_file(
         for batch, long, flat, lengths, routed in prefetch(
             encoded(batches, tokenizer, splitter, settings, workers)
         ):
-            if routed is None:  # an engine's ids, made final here (``HFTokenizer.finish``)
-                flat, lengths = tokenizer.finish(batch.texts, flat, lengths)
-                routed = tokenizer.last_routed
+            if routed is None:  # a byte-level engine's ids (``encode_raw``), made final here
+                finishing = cast("HFTokenizer", tokenizer)
+                flat, lengths = finishing.finish(batch.texts, flat, lengths)
+                routed = finishing.last_routed
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
             batch.measure()
             keep = (lengths > 0) & (lengths >= settings.min_tokens)
@@ -238,7 +240,7 @@ def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:
     if count is None:
         return {}
     if lines:
-        shown = ", ".join(map(str, lines[:10])) + (", ..." if count > 10 else "")
+        shown = ", ".join(map(str, lines[:10])) + (", ..." if count > min(len(lines), 10) else "")
         print(
             f"{count:,} texts encoded by the library, where the engine may differ: lines {shown}",
             file=sys.stderr,

@@ -70,7 +70,7 @@ class HFTokenizer:
         self.engine_note = "turned off"
         self.memo: ByteMemo | None = None  # the unit memo, inside ``fast_encoding`` where it is exact
         self.memo_note = "turned off"
-        self.last_routed: list[int] = []  # texts of the last ``encode_flat`` the engine left to the library
+        self.last_routed: list[int] = []  # texts the last ``finish`` (``encode_flat``) left to the library
 
     @classmethod
     def gpt2(cls, vocab: str, merges: str) -> HFTokenizer:
@@ -285,12 +285,12 @@ class HFTokenizer:
         self, texts: Sequence[str], threads: int, utf8: tuple[bytes, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The engine's (or the unit memo's) ids of ``texts`` and their lengths, before ``finish``; None when
-        neither is in use (the library encodes)."""
+        neither is in use (the library encodes: its pool, like the memo's, gets ``threads``)."""
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.engine is None and self.memo is None:
             return None
         if not texts:
             return no_ids()
-        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))  # read when the pools start
         if self.memo is not None:  # the memo runs only where no engine library is used
             return self.memo.encode(*(utf8 or utf8_batch(texts)))
         return self.engine.encode(texts, utf8)
@@ -302,7 +302,7 @@ class HFTokenizer:
         point) encoded by the library instead (their indices in ``last_routed``), and the post-processor's
         tokens added unless ``specials`` is False."""
         routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
-        self.last_routed = [i for i in routed if has_unassigned(texts[i])]
+        self.last_routed = [int(i) for i in routed if has_unassigned(texts[i])]
         if self.last_routed:
             self.engine.routed += len(self.last_routed)
             parts = np.split(ids, np.cumsum(lengths)[:-1])

@@ -236,12 +236,14 @@ class Tokenizer:
                 self.last_routed = self.fast.last_routed
             return ids, lengths
         if long:
-            arrays = [
-                np.concatenate(list(self.encode_long(t)))
-                if len(t) > LONG_CHARS
-                else self.encode_flat([t], threads)[0]
-                for t in texts
-            ]
+            arrays, routed = [], []
+            for k, text in enumerate(texts):
+                if len(text) > LONG_CHARS:
+                    arrays.append(np.concatenate(list(self.encode_long(text))))
+                else:
+                    arrays.append(self.encode_flat([text], threads)[0])
+                    routed += [k] if self.last_routed else []
+            self.last_routed = routed
             lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
             return np.concatenate(arrays), lengths
         if self.numpy_output:
