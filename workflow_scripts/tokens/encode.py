@@ -218,8 +218,8 @@ def encoded(
     with contextlib.closing(batches):
         for batch in batches:
             long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
-            utf8 = {"utf8": batch.utf8_batch()} if batch.utf8 else {}  # the reader's UTF-8 bytes, when read
-            raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, workers, **utf8)
+            utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
+            raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, workers, utf8)
             if raw is not None:  # finished by the caller, while the next batch encodes
                 yield batch, long, *raw, None
                 continue
@@ -227,8 +227,8 @@ def encoded(
                 flat, lengths, routed = encode_sft(
                     tokenizer, splitter, settings.marker_ids, batch.texts, workers
                 )
-            else:
-                flat, lengths = tokenizer.encode_flat(batch.texts, workers, **utf8)
+            else:  # SentencePiece, or the tokenizers library (it reads the strings)
+                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
                 routed = tokenizer.last_routed
             yield batch, long, flat, lengths, routed
 
