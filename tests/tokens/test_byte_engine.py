@@ -20,10 +20,10 @@ from workflow_scripts.tokens.byte_engine import (
     ENGINES,
     Fastokens,
     Gigatoken,
-    frame,
     has_unassigned,
     is_suspect,
 )
+from workflow_scripts.tokens.framing import frame
 from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
 
 WORDS = ["Rīga", "東京", "русский", "العربية", "🙂👍🏽", "it's", "12345", "a\u00a0b", "c\u2028d", "\r\n"]
@@ -131,6 +131,11 @@ def test_unassigned_code_points_and_framing() -> None:
     assert has_unassigned("x\u0378y")  # unassigned in every Unicode version so far
     ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), [1], [2, 3])
     assert ids.tolist() == [1, 5, 6, 2, 3, 1, 2, 3, 1, 7, 2, 3] and lengths.tolist() == [5, 3, 4]
+    keep = np.array([True, False, True])
+    ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), [1, 9], [2], keep)
+    assert ids.tolist() == [1, 9, 5, 6, 2, 1, 9, 7, 2] and lengths.tolist() == [5, 4]
+    ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), keep=keep)
+    assert ids.tolist() == [5, 6, 7] and lengths.tolist() == [2, 1]
 
 
 def test_the_byte_level_vocabulary_is_gigatokens_reading(tok: HFTokenizer) -> None:

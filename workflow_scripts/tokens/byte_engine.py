@@ -70,20 +70,12 @@ def _unassigned() -> np.ndarray:
     return np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
 
 
-@functools.cache
-def mixed_blocks() -> np.ndarray:
-    """Whether each block of 128 code points holds an unassigned one."""
-    return unassigned().reshape(-1, 128).any(axis=1)
-
-
 def has_unassigned(text: str) -> bool:
-    """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned (a lookup in a
-    small per-block table first, the full table only for the code points of blocks with a gap)."""
+    """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned."""
     if text.isascii():
         return False
     points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-    gaps = mixed_blocks()[points >> 7]
-    return bool(gaps.any() and unassigned()[points[gaps]].any())
+    return bool(np.take(unassigned(), points).any())
 
 
 def utf8_width(lead: int) -> int:
@@ -363,22 +355,3 @@ def utf8_batch(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
     """The texts' UTF-8 bytes back to back and each one's size."""
     data = [t.encode() for t in texts]
     return b"".join(data), np.fromiter(map(len, data), np.int64, len(data))
-
-
-def frame(
-    ids: np.ndarray, lengths: np.ndarray, before: list[int], after: list[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated texts' ids with ``before`` and ``after`` put around each text's."""
-    if not before and not after:
-        return ids, lengths
-    framed = lengths + len(before) + len(after)
-    ends = np.cumsum(framed)
-    starts = ends - framed
-    out = np.empty(int(ends[-1]) if len(ends) else 0, np.int32)
-    body = np.ones(len(out), bool)
-    for positions, tokens in ((starts, before), (ends - len(after), after)):
-        for k, token in enumerate(tokens):
-            out[positions + k] = token
-            body[positions + k] = False
-    out[body] = ids
-    return out, framed

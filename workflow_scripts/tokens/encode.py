@@ -123,27 +123,32 @@ def tokenize_file(
         atomic_path(prefix + ".quarantine.jsonl") as quarantine_tmp,
         open(quarantine_tmp, "wb") as quarantine,
     ):
+        bos = [] if settings.bos_id is None else [settings.bos_id]
+        eod = [] if settings.eod_id is None else [settings.eod_id]
         batches = prefetch(read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8))
         for batch, long, flat, lengths, routed in prefetch(
             encoded(batches, tokenizer, splitter, settings, workers)
         ):
+            template: tuple[list[int], list[int]] = ([], [])  # the post-processor's, not in ``flat`` yet
             if routed is None:  # a byte-level engine's ids (``encode_raw``), made final here
                 finishing = cast("HFTokenizer", tokenizer)
-                flat, lengths = finishing.finish(batch.texts, flat, lengths)
-                routed = finishing.last_routed
+                flat, lengths = finishing.finish(batch.texts, flat, lengths, specials=False)
+                routed, template = finishing.last_routed, finishing.specials
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
             batch.measure()
-            keep = (lengths > 0) & (lengths >= settings.min_tokens)
+            counts = lengths + len(template[0]) + len(template[1])  # the tokenizer's own encode's
+            keep = (counts > 0) & (counts >= settings.min_tokens)
             rejects = batch.rejects + [
                 Reject(
                     batch.lines[i],
                     batch.ids[i],
-                    "empty_text" if lengths[i] == 0 else "too_few_tokens",
-                    f"{lengths[i]} tokens" + ("" if lengths[i] == 0 else f" < {settings.min_tokens}"),
+                    "empty_text" if counts[i] == 0 else "too_few_tokens",
+                    f"{counts[i]} tokens" + ("" if counts[i] == 0 else f" < {settings.min_tokens}"),
                 )
                 for i in np.flatnonzero(~keep)
             ]
-            out, out_lengths = frame(flat, lengths, keep, settings.bos_id, settings.eod_id)
+            before, after = [*bos, *template[0]], [*template[1], *eod]
+            out, out_lengths = frame(flat, lengths, before, after, keep)
             builder.add_documents(out, out_lengths)
             for r in sorted(rejects, key=lambda r: r.line):
                 quarantine.write(orjson.dumps(r.__dict__) + b"\n")

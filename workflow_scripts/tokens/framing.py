@@ -99,28 +99,30 @@ def encode_sft(
 
 
 def frame(
-    flat: np.ndarray, lengths: np.ndarray, keep: np.ndarray, bos_id: int | None, eod_id: int | None
+    flat: np.ndarray,
+    lengths: np.ndarray,
+    before: Sequence[int] = (),
+    after: Sequence[int] = (),
+    keep: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Drop the documents not in ``keep`` and wrap the others as ``[BOS] tokens [EOD]`` (vectorised)."""
-    if not keep.all():
+    """Concatenated texts' ids with ``before`` and ``after`` put around each text's, the texts not in
+    ``keep`` dropped (vectorised, one pass)."""
+    if keep is not None and not keep.all():
         flat = flat[np.repeat(keep, lengths)]
         lengths = lengths[keep]
-    extra = (bos_id is not None) + (eod_id is not None)
-    if not extra:
+    if not before and not after:
         return flat, lengths
-    out_lengths = lengths + extra
-    ends = np.cumsum(out_lengths)
+    framed = lengths + len(before) + len(after)
+    ends = np.cumsum(framed)
+    starts = ends - framed
     out = np.empty(int(ends[-1]) if len(ends) else 0, flat.dtype)
-    is_text = np.ones(len(out), bool)
-    if bos_id is not None:
-        starts = ends - out_lengths
-        out[starts] = bos_id
-        is_text[starts] = False
-    if eod_id is not None:
-        out[ends - 1] = eod_id
-        is_text[ends - 1] = False
-    out[is_text] = flat
-    return out, out_lengths
+    body = np.ones(len(out), bool)
+    for positions, tokens in ((starts, before), (ends - len(after), after)):
+        for k, token in enumerate(tokens):
+            out[positions + k] = token
+            body[positions + k] = False
+    out[body] = flat
+    return out, framed
 
 
 def write_long(

@@ -36,8 +36,9 @@ from tokenizers import decoders, models, pre_tokenizers
 
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.tokens import byte_engine, byte_memo
-from workflow_scripts.tokens.byte_engine import Engine, frame, has_unassigned, utf8_batch
+from workflow_scripts.tokens.byte_engine import Engine, has_unassigned, utf8_batch
 from workflow_scripts.tokens.byte_memo import ByteMemo
+from workflow_scripts.tokens.framing import frame
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there

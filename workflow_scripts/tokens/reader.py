@@ -61,10 +61,9 @@ class Batch:
         return len(self.texts) + len(self.rejects)
 
     def measure(self) -> None:
-        """The texts' UTF-8 sizes, when they were read without their bytes: best after encoding, when the
-        encoder has made each string's UTF-8 (CPython keeps it with the string)."""
+        """The texts' UTF-8 sizes, when they were read without their bytes (an ASCII text's is its length)."""
         if len(self.text_bytes) != len(self.texts):
-            self.text_bytes = [len(text.encode()) for text in self.texts]
+            self.text_bytes = [len(text) if text.isascii() else len(text.encode()) for text in self.texts]
 
     def utf8_batch(self) -> tuple[bytes, np.ndarray]:
         """The texts' UTF-8 bytes back to back and each one's size (``read_batches(..., utf8=True)``)."""
