@@ -34,22 +34,27 @@ def module_file(module: str) -> Path:
 
 @cache
 def third_party(module: str) -> frozenset[str]:
-    """Distributions imported by ``module`` and, transitively, by the package modules it imports."""
-    source = module_file(module).read_text()
-    found: set[str] = {dist for marker, dist in RUNTIME.items() if marker in source}
-    for node in ast.walk(ast.parse(source)):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            top = name.split(".")[0]
-            if top == "workflow_scripts":
-                if module_file(name).is_file():
-                    found |= third_party(name)
-            elif top not in sys.stdlib_module_names and top != "__future__":
-                found.add(DISTRIBUTIONS.get(top, top))
+    """Distributions imported by ``module`` and, transitively, by the package modules it imports (an import
+    cycle, such as one through a ``TYPE_CHECKING`` import, is followed once)."""
+    found: set[str] = set()
+    seen, todo = {module}, [module]
+    while todo:
+        source = module_file(todo.pop()).read_text()
+        found |= {dist for marker, dist in RUNTIME.items() if marker in source}
+        for node in ast.walk(ast.parse(source)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                top = name.split(".")[0]
+                if top == "workflow_scripts":
+                    if name not in seen and module_file(name).is_file():
+                        seen.add(name)
+                        todo.append(name)
+                elif top not in sys.stdlib_module_names and top != "__future__":
+                    found.add(DISTRIBUTIONS.get(top, top))
     return frozenset(found)
 
 
