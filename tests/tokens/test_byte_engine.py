@@ -15,6 +15,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts.core import cache
+from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import byte_engine
 from workflow_scripts.tokens.byte_engine import (
     ENGINES,
@@ -216,3 +217,30 @@ def test_every_engine_writes_the_same_files_and_counts_the_bytes(
             assert "routed_lines" not in stats["fast_encode"]
         files[engine] = [Path(f"{tmp_path / engine}_text_document{e}").read_bytes() for e in (".bin", ".idx")]
     assert files["fastokens"] == files["gigatoken"] == files["memo"]
+
+
+def test_an_engine_frames_and_rejects_as_the_library_does(tok: HFTokenizer, tmp_path: Path) -> None:
+    """The engine's ids get the template's tokens, BOS and EOD in one pass; ``min_tokens`` counts the
+    template's tokens, as the library's encode gives them."""
+    from workflow_scripts.tokens import encode
+    from workflow_scripts.tokens.framing import resolve_settings
+
+    sample = [t for t in texts(10, 60) if t.strip()]
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in sample])
+    counts = [len(e.ids) for e in tok.backend.encode_batch(sample)]
+    cut = sorted(counts)[len(counts) // 3]  # about a third of the texts fall short
+    settings = resolve_settings(tok, eod="auto", bos="id:0", min_tokens=cut)
+    out = {}
+    for fast in (True, False):
+        prefix = tmp_path / f"fast{fast}"
+        stats = encode.tokenize_file(str(path), str(prefix), tok, settings, fast_encode=fast, batch_bytes=500)
+        assert stats["rejected"]["too_few_tokens"] == sum(c < cut for c in counts), fast
+        assert stats["fast_encode"]["engine"].startswith("fastokens" if fast else "tokenizers")
+        doc = f"{prefix}_text_document"
+        out[fast] = [Path(doc + e).read_bytes() for e in (".bin", ".idx", ".quarantine.jsonl")]
+    assert out[True] == out[False]
+    ds = IndexedDataset(f"{tmp_path / 'fastTrue'}_text_document")
+    kept = [s for s, c in zip(sample, counts, strict=True) if c >= cut]
+    for d, text in enumerate(kept):
+        ids = tok.backend.encode(text).ids
+        assert ds.document(d).tolist() == [0, *ids, settings.eod_id]

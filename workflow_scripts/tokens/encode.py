@@ -32,8 +32,9 @@ in pretraining mode the markers are only searched for.
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
 the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
 a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining
-nothing else: the main thread checks its ids and adds the template's tokens, ``HFTokenizer.finish``) and the
-main thread writes the one before with the vectorised builder. With ``--fast-encode`` (the default) the batch
+nothing else: the main thread checks its ids, ``HFTokenizer.finish``, and puts the template's tokens around
+each document's with BOS and EOD in one pass) and the main thread writes the one before with the vectorised
+builder. With ``--fast-encode`` (the default) the batch
 of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it
 gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like units,
 each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same
