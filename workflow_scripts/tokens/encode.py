@@ -34,12 +34,11 @@ the previous batch with SentencePiece's batched ``encode(..., num_threads=worker
 a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining
 nothing else: the main thread checks its ids, ``HFTokenizer.finish``, and puts the template's tokens around
 each document's with BOS and EOD in one pass) and the main thread writes the one before with the vectorised
-builder. With ``--fast-encode`` (the default) the batch
-of a SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it
-gives SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like units,
-each distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same
-ids; the stats' ``fast_encode`` gives the engine, the memo's hit rate and size, or why the model needs
-SentencePiece for every text).
+builder. With ``--fast-encode`` (the default) the batch of a SentencePiece model goes through gigatoken
+instead (``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else through
+``fast_encode.FastEncoder``: one compiled memo of word-like units, each distinct unit encoded once (by
+SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
+gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text).
 Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
 document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50
 bytes a character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece
