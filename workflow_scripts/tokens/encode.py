@@ -59,6 +59,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -126,11 +127,10 @@ def tokenize_file(
         bos = [] if settings.bos_id is None else [settings.bos_id]
         eod = [] if settings.eod_id is None else [settings.eod_id]
         batches = prefetch(read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8))
-        for batch, long, flat, lengths, routed in prefetch(
-            encoded(batches, tokenizer, splitter, settings, workers)
-        ):
+        for batch, long, ids in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
+            flat, lengths, routed = ids.ids, ids.lengths, ids.routed
             template: tuple[list[int], list[int]] = ([], [])  # the post-processor's, not in ``flat`` yet
-            if routed is None:  # a byte-level engine's ids (``encode_raw``), made final here
+            if not ids.final:  # a byte-level engine's ids (``encode_raw``), made final here
                 finishing = cast("HFTokenizer", tokenizer)
                 flat, lengths = finishing.finish(batch.texts, flat, lengths, specials=False)
                 routed, template = finishing.last_routed, finishing.specials
@@ -206,36 +206,43 @@ def tokenize_file(
     return stats
 
 
+@dataclass(frozen=True)
+class BatchIds:
+    """A batch's ids back to back and each text's count, with the texts (indices) the tokenizer's engine left
+    to its library. Not ``final``: a byte-level engine's ids as it gave them (``encode_raw``), which the
+    caller finishes (``finish`` also finds the routed texts)."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    routed: list[int] = field(default_factory=list)
+    final: bool = True
+
+
 def encoded(
     batches: Generator[Batch, None, None],
     tokenizer: AnyTokenizer,
     splitter: MarkerSplitter | None,
     settings: RecordSettings,
     workers: int,
-) -> Generator[
-    tuple[Batch, tuple[str, int, Any, int] | None, np.ndarray, np.ndarray, list[int] | None], None, None
-]:
-    """Each batch with its long document taken out (pretraining), its texts' ids and lengths, and the texts
-    (indices) the tokenizer's engine left to its library; run in a thread of its own by ``prefetch``, so
-    the next batch encodes while this one is written. An engine's ids come as it gave them (``encode_raw``)
-    with None for the routed texts: the caller makes them final (``finish``) beside the next batch's
-    encoding."""
+) -> Generator[tuple[Batch, tuple[str, int, Any, int] | None, BatchIds], None, None]:
+    """Each batch with its long document taken out (pretraining) and its ids; run in a thread of its own by
+    ``prefetch``, so the next batch encodes while this one is written. A byte-level engine's ids are not
+    final: the caller finishes them beside the next batch's encoding."""
     with contextlib.closing(batches):
         for batch in batches:
             long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
             utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
             raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, workers, utf8)
             if raw is not None:  # finished by the caller, while the next batch encodes
-                yield batch, long, *raw, None
-                continue
-            if splitter is not None:
+                yield batch, long, BatchIds(*raw, final=False)
+            elif splitter is not None:
                 flat, lengths, routed = encode_sft(
                     tokenizer, splitter, settings.marker_ids, batch.texts, workers
                 )
+                yield batch, long, BatchIds(flat, lengths, routed)
             else:  # SentencePiece, or the tokenizers library (it reads the strings)
                 flat, lengths = tokenizer.encode_flat(batch.texts, workers)
-                routed = tokenizer.last_routed
-            yield batch, long, flat, lengths, routed
+                yield batch, long, BatchIds(flat, lengths, tokenizer.last_routed)
 
 
 def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:

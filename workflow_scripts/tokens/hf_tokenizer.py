@@ -40,13 +40,9 @@ from workflow_scripts.tokens.byte_engine import Engine, has_unassigned, utf8_bat
 from workflow_scripts.tokens.byte_memo import ByteMemo
 from workflow_scripts.tokens.framing import frame
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
+from workflow_scripts.tokens.tokenizer import no_ids
 
 CUT = re.compile(r"(?<=\S) ")  # a space after a non-space: a byte-level pre-tokenizer starts a word there
-
-
-def no_ids() -> tuple[np.ndarray, np.ndarray]:
-    """No ids and no lengths."""
-    return np.empty(0, np.int32), np.empty(0, np.int64)
 
 
 class HFTokenizerError(UserError, ValueError):

@@ -40,6 +40,11 @@ class TokenizerError(UserError, ValueError):
     """A tokenizer model or token specification that cannot be used."""
 
 
+def no_ids() -> tuple[np.ndarray, np.ndarray]:
+    """No ids (int32) and no lengths (int64): what encoding no text gives."""
+    return np.empty(0, np.int32), np.empty(0, np.int64)
+
+
 class Tokenizer:
     """A SentencePiece model with validated token lookup and batched encoding to flat numpy arrays."""
 
@@ -227,7 +232,7 @@ class Tokenizer:
         and the per-text lengths (int64). ``specials`` is for other kinds (SentencePiece adds none)."""
         self.last_routed = []
         if not texts:
-            return np.empty(0, np.int32), np.empty(0, np.int64)
+            return no_ids()
         texts = list(texts)
         long = any(len(t) > LONG_CHARS for t in texts)
         if self.fast is not None and not long:
