@@ -15,9 +15,11 @@ Megatron-LM's ``preprocess_data.py``, with the same tokenizer and threads.
    ``.bin/.idx`` (EOD appended): with its default engine (fastokens where exact), with ``--engine
    gigatoken`` and with ``--engine memo`` (the unit memo over the ``tokenizers`` library, what a tokenizer
    neither engine serves gets); their files must equal the default's. gigatoken and fastokens then encode
-   again in their process with a fresh tokenizer (``*_again``: a process that has encoded before has its
-   heap grown and its threads started, and encodes in about two thirds of the time; before 2026-11-26 the
-   benchmark gave that figure, measured inside its own process).
+   the same strings again in their process with a fresh tokenizer (``*_again``, about two thirds of the
+   time: CPython keeps a string's UTF-8 once an engine has asked for it, so the second encode skips the
+   conversion, which the first does under the GIL), and then fresh copies of them (``*_copies``: as long
+   as the first, or longer). Before 2026-11-26 the benchmark gave the second figure, measured inside its
+   own process.
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
    sources of ``../shared/trainers``: its bytes must equal ours (every document's ids); and its
    ``tools/preprocess_data_fast.py --use-gigatoken`` (gigatoken reading the jsonl, ``--workers`` threads):
@@ -131,7 +133,7 @@ def gigatoken_files(model: Path, corpus: Path) -> Measured:
     return Measured(time.perf_counter() - start, time.process_time() - cpu)
 
 
-IN_MEMORY = {  # step: how it encodes, and whether it runs a second time in its process
+IN_MEMORY = {  # step: how it encodes, and whether it encodes again in its process (``*_again``, ``*_copies``)
     "tokenizers_encode_batch": (library_encode, False),
     "gigatoken_encode_batch": (gigatoken_encode, True),
     "gigatoken_encode_files": (gigatoken_files, False),
@@ -141,9 +143,9 @@ IN_MEMORY = {  # step: how it encodes, and whether it runs a second time in its 
 
 def in_memory(step: str, model: Path, corpus: Path) -> list[Measured]:
     """A library's encode (``IN_MEMORY``) in a fresh process of its own, as the CLI runs (the texts loaded
-    and the tokenizer built before the clock starts); for some, also a second encode with another fresh
-    tokenizer in that process: what it costs a process that has encoded before (a grown heap, started
-    threads), which a CLI run never is."""
+    and the tokenizer built before the clock starts); for some, also a second encode of the same strings
+    with another fresh tokenizer in that process (their UTF-8 is then cached by CPython, which the strings
+    of a CLI run never are), and a third of fresh copies of them."""
     cmd = [sys.executable, __file__, "--in-memory", step, "--model", str(model), "--corpus", str(corpus)]
     runs = orjson.loads(harness.run_child(cmd).output.strip().splitlines()[-1])
     return [Measured(r["wall"], r["cpu"]) for r in runs]
@@ -154,6 +156,8 @@ def child(step: str, model: Path, corpus: Path) -> int:
     encode, again = IN_MEMORY[step]
     data = corpus if step == "gigatoken_encode_files" else bench_tokenize.load_batches(corpus)[0]
     runs = [encode(model, data) for _ in range(1 + again)]
+    if again:
+        runs.append(encode(model, [[t.encode().decode() for t in batch] for batch in data]))
     print(orjson.dumps([{"wall": m.wall, "cpu": m.cpu} for m in runs]).decode())
     return 0
 
@@ -257,12 +261,12 @@ def main() -> int:
     }
     runs: dict[str, list[Measured]] = {name: [] for name in steps}
     for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
-        first, *again = steps[name]()
+        first, *more = steps[name]()
         runs[name].append(first)
         log(f"round {r + 1}: {name} {first.wall:.2f}s wall {first.cpu:.2f}s cpu")
-        for m in again:
-            runs.setdefault(f"{name}_again", []).append(m)
-            log(f"round {r + 1}: {name} again in its process {m.wall:.2f}s wall {m.cpu:.2f}s cpu")
+        for what, m in zip(("again", "copies"), more, strict=False):
+            runs.setdefault(f"{name}_{what}", []).append(m)
+            log(f"round {r + 1}: {name} {what} in its process {m.wall:.2f}s wall {m.cpu:.2f}s cpu")
     best = harness.best({k: [m.wall for m in v] for k, v in runs.items()})
     for k in runs:
         res[k] = {"best_s": round(best[k], 2), "best_mb_s": round(mb / best[k], 2)}
