@@ -15,11 +15,11 @@ Megatron-LM's ``preprocess_data.py``, with the same tokenizer and threads.
    ``.bin/.idx`` (EOD appended): with its default engine (fastokens where exact), with ``--engine
    gigatoken`` and with ``--engine memo`` (the unit memo over the ``tokenizers`` library, what a tokenizer
    neither engine serves gets); their files must equal the default's. gigatoken and fastokens then encode
-   the same strings again in their process with a fresh tokenizer (``*_again``, about two thirds of the
-   time: CPython keeps a string's UTF-8 once an engine has asked for it, so the second encode skips the
-   conversion, which the first does under the GIL), and then fresh copies of them (``*_copies``: as long
-   as the first, or longer). Before 2026-11-26 the benchmark gave the second figure, measured inside its
-   own process.
+   the same strings again in their process with a fresh tokenizer (``*_again``, three quarters to four
+   fifths of the time: CPython keeps a string's UTF-8 once an engine has asked for it, so the second
+   encode skips the conversion, which the first does under the GIL), and then fresh copies of them
+   (``*_copies``: as long as the first, or longer). Before 2026-11-26 the benchmark gave the second
+   figure, measured inside its own process.
 4. Megatron-LM ``tools/preprocess_data.py --tokenizer-type HuggingFaceTokenizer --workers N`` from the pinned
    sources of ``../shared/trainers``: its bytes must equal ours (every document's ids); and its
    ``tools/preprocess_data_fast.py --use-gigatoken`` (gigatoken reading the jsonl, ``--workers`` threads):
