@@ -36,7 +36,7 @@ from workflow_scripts.core.indexed_dataset import (
 from workflow_scripts.core.progress import Progress
 
 _COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
-GATHER_TOKENS = 1 << 24  # tokens gathered per step by ``write_documents``
+GATHER_TOKENS = 1 << 22  # tokens gathered per step by ``write_documents``
 
 
 def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
