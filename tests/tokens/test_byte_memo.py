@@ -35,7 +35,7 @@ def test_the_memo_gives_the_librarys_ids_on_every_text(tok: HFTokenizer) -> None
     with tok.fast_encoding(True, 2, 64, 8, engine="memo"):  # a small memo: its generations turn over
         assert tok.memo is not None, tok.memo_note
         ids, lengths = tok.encode_flat(sample, 2)
-        stats = tok.engine_stats(None)["memo"]
+        stats = tok.engine_stats(None, 0)["memo"]
     got = np.split(ids, np.cumsum(lengths)[:-1])
     assert [g.tolist() for g in got] == library(tok, sample)
     assert stats["enabled"] and stats["docs_encoded_whole"] >= 4  # those spelling a special token, twice

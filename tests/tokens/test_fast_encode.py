@@ -337,6 +337,7 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     spelled = ("<s>", "</s>", "<|endoftext|>", "<tab>")  # the model's added pieces, written in the texts
     named = [n for n, r in enumerate(records, start=1) if any(p in r["text"] for p in spelled)]
     assert engine["routed_lines"] == named  # the input lines of the documents left to SentencePiece
+    assert engine["routed_to_sentencepiece"] == len(named)  # documents, not an SFT record's spans
     assert fast_stats["fastokens"]["engine"] == "unit memo"
     ds = IndexedDataset(tok.document_prefix(str(tmp_path / "plain")))
     assert ds.num_documents == stats["docs_out"] > 0

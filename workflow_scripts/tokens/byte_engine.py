@@ -7,7 +7,7 @@ an error (``Engine.unsafe``), or any difference on a probe of special tokens wri
 whitespace, every script and seeded random code points keep the next engine, and in the end the
 ``tokenizers`` library. A document holding a code point that this Python's Unicode database leaves
 unassigned goes to the ``tokenizers`` library too: the engines' regex engines may know newer Unicode than
-the library's, so they may split such text differently (``routed`` counts them). The engines add no
+the library's, so they may split such text differently (the tokenizer's ``last_routed``). The engines add no
 post-processor tokens: the caller adds them.
 
 Finding those documents costs little: the engine's own ids point at them. A byte-level token's bytes
@@ -142,7 +142,6 @@ class Engine(abc.ABC):
         self.impl = impl
         self.name = f"{self.library} {version}"
         self.suspects = suspects
-        self.routed = 0  # documents encoded by the tokenizers library instead (unassigned code points)
 
     @classmethod
     def start(cls, backend: Any, specials: Sequence[str], threads: int = 1) -> tuple[Engine | None, str]:

@@ -115,6 +115,7 @@ def tokenize_file(
     rejected: Counter[str] = Counter(dict.fromkeys(REASONS, 0))
     docs_in = docs_out = tokens = text_bytes = input_bytes = 0
     named: list[int] = []  # the lines of the documents an engine left to its library (the first ROUTED_LINES)
+    routed_docs = 0  # how many documents an engine left to its library
     unsafe_before = tokenizer.unsafe_cuts
     plain = not input_path.endswith((".gz", ".zst"))
     with (
@@ -135,6 +136,7 @@ def tokenize_file(
                 flat, lengths = finishing.finish(batch.texts, flat, lengths, specials=False)
                 routed, template = finishing.last_routed, finishing.specials
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
+            routed_docs += len(routed)
             batch.measure()
             counts = lengths + len(template[0]) + len(template[1])  # the tokenizer's own encode's
             keep = (counts > 0) & (counts >= settings.min_tokens)
@@ -174,7 +176,7 @@ def tokenize_file(
         # inside the block: a mismatch leaves no output
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
         run = progress.summary(docs_in, docs_out, sum(rejected.values()))
-        fast_stats = fast_summary(tokenizer, fast, fast_encode)
+        fast_stats = fast_summary(tokenizer, fast, fast_encode, routed_docs)
         fast_stats |= routed_lines(named, fast_stats)
     stats = {
         "input": input_path,
@@ -254,22 +256,24 @@ def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:
     if lines:
         shown = ", ".join(map(str, lines[:10])) + (", ..." if count > min(len(lines), 10) else "")
         print(
-            f"{count:,} texts encoded by the library, where the engine may differ: lines {shown}",
+            f"{count:,} documents encoded by the library, where the engine may differ: lines {shown}",
             file=sys.stderr,
         )
     return {"routed_lines": lines}
 
 
 def fast_summary(
-    tokenizer: AnyTokenizer, fast: SpEngine | FastEncoder | Engine | None, enabled: bool
+    tokenizer: AnyTokenizer, fast: SpEngine | FastEncoder | Engine | None, enabled: bool, routed: int
 ) -> dict[str, Any]:
-    """The fast path's stats (and one log line): whether it ran, and its engine or its memo's figures."""
+    """The fast path's stats (and one log line): whether it ran, and its engine (with the documents it left
+    to its library, ``routed``: an SFT record counts once, however many of its spans) or its memo's
+    figures."""
     if tokenizer.kind != "sentencepiece":
-        return tokenizer.engine_stats(fast)
+        return tokenizer.engine_stats(fast, routed)
     if fast is None:
         return {"enabled": False, "why": tokenizer.fast_plan[1] if enabled else "turned off"}
-    stats = fast.stats()
     if isinstance(fast, FastEncoder):
+        stats = fast.stats()
         print(
             f"fast encoding: {stats['units']:,} units, memo hit rate {stats['hit_rate']:.1%}, "
             f"{stats['units_encoded']:,} encoded, memo {stats['memo_entries']:,} entries",
@@ -277,8 +281,9 @@ def fast_summary(
             flush=True,
         )
         return {"enabled": True, "engine": "unit memo", "plan": tokenizer.fast_plan[1], **stats}
-    print(f"fast encoding: {fast.name}, {fast.routed:,} documents to SentencePiece", file=sys.stderr)
-    return {"enabled": True, "engine": fast.name, "why": tokenizer.engine_start[1], **stats}
+    print(f"fast encoding: {fast.name}, {routed:,} documents to SentencePiece", file=sys.stderr)
+    why = tokenizer.engine_start[1]
+    return {"enabled": True, "engine": fast.name, "why": why, "routed_to_sentencepiece": routed}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -142,9 +142,9 @@ class HFTokenizer:
         texts = [blob[e - n : e].decode() for e, n in zip(ends.tolist(), sizes.tolist(), strict=True)]
         return self._library_flat(texts, False)
 
-    def engine_stats(self, engine: Engine | None) -> dict[str, object]:
-        """The stats' ``fast_encode``: the engine, why, the documents it left to the library, and the unit
-        memo's figures (or why it was off)."""
+    def engine_stats(self, engine: Engine | None, routed: int) -> dict[str, object]:
+        """The stats' ``fast_encode``: the engine, why, the documents it left to the library (``routed``), and
+        the unit memo's figures (or why it was off)."""
         name = engine.name if engine else "tokenizers"
         memo = {"enabled": self.memo is not None, "why": self.memo_note}
         if self.memo is not None:
@@ -157,7 +157,7 @@ class HFTokenizer:
                 flush=True,
             )
         return {"enabled": engine is not None, "engine": name, "why": self.engine_note, "memo": memo} | (
-            {"routed_to_tokenizers": engine.routed} if engine else {}
+            {"routed_to_tokenizers": routed} if engine else {}
         )
 
     def token_id(self, spec: str) -> int:
@@ -301,7 +301,6 @@ class HFTokenizer:
         routed = [] if self.engine is None else self.engine.suspected(ids, lengths)
         self.last_routed = [int(i) for i in routed if has_unassigned(texts[i])]
         if self.last_routed:
-            self.engine.routed += len(self.last_routed)
             parts = np.split(ids, np.cumsum(lengths)[:-1])
             for i in self.last_routed:
                 parts[i] = self._library_flat([texts[i]], False)[0]

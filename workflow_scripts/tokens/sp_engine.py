@@ -4,7 +4,7 @@ gigatoken reads a ``.model`` by converting it to a ``tokenizer.json`` (its own c
 ``Tokenizer.from_sentencepiece``). It splits the text at the model's added pieces first: it reads a control
 piece spelled in text (``<s>``, ``</s>``, ``<|endoftext|>``) as that token, where SentencePiece keeps it
 text, and cuts the spaces around a user-defined piece otherwise. A document that spells an added piece is
-encoded by SentencePiece and counted (``routed``). ``SpEngine.start`` takes only BPE models with byte
+encoded by SentencePiece (``last_routed``). ``SpEngine.start`` takes only BPE models with byte
 fallback (what gigatoken reads) and without a character map (NFKC: gigatoken's reading of it differs on
 combining marks after spaces), and checks the model first on a probe (fast_encode's texts, added pieces
 written in text, odd whitespace, many scripts and seeded random code points); any difference keeps the
@@ -58,7 +58,6 @@ class SpEngine:
         self.name = f"gigatoken {version}"
         self.sp = sp
         self.protect = re.compile("|".join(map(re.escape, added))) if added else None
-        self.routed = 0  # documents encoded by SentencePiece instead (they spell an added piece)
         self.last_routed: list[int] = []  # those of the last ``encode_flat`` (indices of its texts)
         self.threads = 1
 
@@ -89,7 +88,6 @@ class SpEngine:
             return engine, note
         texts = [*PROBES, *probe([*added, sp.id_to_piece(sp.unk_id()), "<0x41>"])]
         flat, lengths = engine.encode_flat(texts)
-        engine.routed = 0
         got = np.split(flat, np.cumsum(lengths)[:-1])
         wrong = [t for t, a, b in zip(texts, got, sp.encode(texts), strict=True) if a.tolist() != b]
         if wrong:
@@ -117,7 +115,6 @@ class SpEngine:
                 docs[i] = np.asarray(doc, np.uint32)
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
             ids = np.concatenate(docs)
-        self.routed += len(routed)
         self.last_routed = routed
         return ids.astype(np.int32), lengths
 
@@ -126,7 +123,3 @@ class SpEngine:
         lengths. Threads of ours calling ``encode`` would contend for its pretoken cache."""
         os.environ.setdefault("RAYON_NUM_THREADS", str(self.threads))
         return flat(self.impl.encode_batch(list(texts), parallel=True))
-
-    def stats(self) -> dict[str, Any]:
-        """The documents left to SentencePiece."""
-        return {"routed_to_sentencepiece": self.routed}
