@@ -79,11 +79,10 @@ def test_our_trainers_bpe_model_is_served_by_gigatoken() -> None:
     model = train(**ours("bpe"))
     engine, note = SpEngine.start(model, spm.SentencePieceProcessor(model_proto=model))
     assert engine is not None, note
-    flat, lengths = engine.encode_flat(["<s> and </s> stay text", "plain"])
+    batch = ["<s> and </s> stay text", "plain"]
+    flat, lengths = engine.encode_flat(batch)
     sp = spm.SentencePieceProcessor(model_proto=model)
-    assert engine.last_routed == [0] and split(flat, lengths) == sp.encode(
-        ["<s> and </s> stay text", "plain"]
-    )
+    assert engine.last_routed == [0] and split(flat, lengths) == sp.encode(batch)
 
 
 def test_a_model_gigatoken_reads_differently_keeps_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
