@@ -177,6 +177,18 @@ def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTok
     assert holding and holding <= suspected
 
 
+def test_suspected_names_the_texts_of_suspect_ids_across_slices() -> None:
+    suspects = np.zeros(10, bool)
+    suspects[7] = True
+    lengths = np.full(300, 1000, np.int64)  # 300,000 ids: the lookup goes 64 Ki ids at a time
+    ids = np.zeros(int(lengths.sum()), np.int32)
+    at = [0, 65_535, 65_536, 131_071, 299_999]  # slice ends and starts, the first and the last id
+    ids[at] = 7
+    engine = byte_engine.Fastokens(None, "0", suspects)
+    assert engine.suspected(ids, lengths).tolist() == [0, 65, 131, 299]
+    assert engine.suspected(ids[:0], lengths[:0]).tolist() == []
+
+
 def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
     with tok.fast_encoding(True, 1, 0, 0) as engine:
         stats = tok.engine_stats(engine, 3)
