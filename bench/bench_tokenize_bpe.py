@@ -141,12 +141,13 @@ IN_MEMORY = {  # step: how it encodes, and whether it encodes again in its proce
 }
 
 
-def in_memory(step: str, model: Path, corpus: Path) -> list[Measured]:
-    """A library's encode (``IN_MEMORY``) in a fresh process of its own, as the CLI runs (the texts loaded
-    and the tokenizer built before the clock starts); for some, also a second encode of the same strings
-    with another fresh tokenizer in that process (their UTF-8 is then cached by CPython, which the strings
-    of a CLI run never are), and a third of fresh copies of them."""
+def in_memory(step: str, model: Path, corpus: Path, workers: int) -> list[Measured]:
+    """A library's encode (``IN_MEMORY``) on ``workers`` threads in a fresh process of its own, as the CLI
+    runs (the texts loaded and the tokenizer built before the clock starts); for some, also a second encode
+    of the same strings with another fresh tokenizer in that process (their UTF-8 is then cached by
+    CPython, which the strings of a CLI run never are), and a third of fresh copies of them."""
     cmd = [sys.executable, __file__, "--in-memory", step, "--model", str(model), "--corpus", str(corpus)]
+    cmd += ["--workers", str(workers)]  # the child sizes the pools from it
     runs = orjson.loads(harness.run_child(cmd).output.strip().splitlines()[-1])
     return [Measured(r["wall"], r["cpu"]) for r in runs]
 
@@ -253,7 +254,9 @@ def main() -> int:
     }
     out = WORK / "out"
     out.mkdir(exist_ok=True)
-    steps: dict[str, Any] = {name: functools.partial(in_memory, name, model, corpus) for name in IN_MEMORY}
+    steps: dict[str, Any] = {
+        name: functools.partial(in_memory, name, model, corpus, args.workers) for name in IN_MEMORY
+    }
     steps |= {
         "cli": lambda: [cli(corpus, model, out / "ours", args.workers)],
         "cli_gigatoken": lambda: [cli(corpus, model, out / "gigatoken", args.workers, "gigatoken")],
@@ -328,7 +331,7 @@ def main() -> int:
         }
         res["ratio_cli_vs_megatron_fast"] = round(fast.wall / best["cli"], 3)
     log(f"identity: {res.get('identity') or res['megatron']}")
-    harness.write_results("tokenize_bpe", res)
+    harness.write_results("tokenize_bpe" + ("" if args.workers == 2 else f"_workers{args.workers}"), res)
     return 0
 
 
