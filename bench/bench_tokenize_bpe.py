@@ -26,7 +26,8 @@ Megatron-LM's ``preprocess_data.py``, with the same tokenizer and threads.
    every document's ids must be ours after the template's BOS, which it leaves out. Without it
    (``--no-megatron``), every document is checked against ``tokenizers``' ids instead.
 
-Results are printed and written to bench/results/tokenize_bpe.json.
+Results are printed and written to bench/results/tokenize_bpe.json (``tokenize_bpe_workersN.json`` with
+another ``--workers N``).
 """
 
 from __future__ import annotations
