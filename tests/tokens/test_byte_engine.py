@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,7 @@ def test_a_tokenizer_that_passed_skips_the_probe_next_time(
 def test_unassigned_code_points_and_framing() -> None:
     assert not has_unassigned("plain ascii") and not has_unassigned("東京 Rīga 🙂")
     assert has_unassigned("x\u0378y")  # unassigned in every Unicode version so far
+    assert has_unassigned("東\u0378") and has_unassigned("🙂\U000e0080")  # in 2- and 4-byte strings
     ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), [1], [2, 3])
     assert ids.tolist() == [1, 5, 6, 2, 3, 1, 2, 3, 1, 7, 2, 3] and lengths.tolist() == [5, 3, 4]
     keep = np.array([True, False, True])
@@ -137,6 +139,17 @@ def test_unassigned_code_points_and_framing() -> None:
     assert ids.tolist() == [1, 9, 5, 6, 2, 1, 9, 7, 2] and lengths.tolist() == [5, 4]
     ids, lengths = frame(np.array([5, 6, 7], np.int32), np.array([2, 0, 1]), keep=keep)
     assert ids.tolist() == [5, 6, 7] and lengths.tolist() == [2, 1]
+    big = np.array([5, 65535, 70000], np.int32)
+    ids, lengths = frame(big, np.array([2, 1]), [1], [2], keep[:2], np.uint16)  # the misfit dropped
+    assert ids.dtype == np.uint16 and ids.tolist() == [1, 5, 65535, 2] and lengths.tolist() == [4]
+    with pytest.raises(ValueError, match="token id 70000 does not fit 2 bytes"):
+        frame(big, np.array([2, 1]), [1], [2], None, np.uint16)
+    with pytest.raises(ValueError, match="token id -3 does not fit 4 bytes"):
+        frame(np.array([-3], np.int32), np.array([1]))
+    with pytest.raises(ValueError, match="token id 70000 does not fit 2 bytes"):
+        frame(np.array([5], np.int32), np.array([1]), [70000], [], None, np.uint16)
+    with pytest.raises(ValueError, match="lengths sum to 4 but 3 ids were given"):
+        frame(np.array([5, 6, 7], np.int32), np.array([2, 2]))
 
 
 def test_the_byte_level_vocabulary_is_gigatokens_reading(tok: HFTokenizer) -> None:
@@ -177,16 +190,20 @@ def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTok
     assert holding and holding <= suspected
 
 
-def test_suspected_names_the_texts_of_suspect_ids_across_slices() -> None:
+def test_suspected_names_the_texts_of_suspect_ids() -> None:
     suspects = np.zeros(10, bool)
     suspects[7] = True
-    lengths = np.full(300, 1000, np.int64)  # 300,000 ids: the lookup goes 64 Ki ids at a time
+    lengths = np.full(300, 1000, np.int64)
+    lengths[[5, 6]] = 0, 2000  # an empty text
     ids = np.zeros(int(lengths.sum()), np.int32)
-    at = [0, 65_535, 65_536, 131_071, 299_999]  # slice ends and starts, the first and the last id
+    at = [0, 65_535, 65_536, 131_071, 299_999]  # texts' ends and starts, the first and the last id
     ids[at] = 7
-    engine = byte_engine.Fastokens(None, "0", suspects)
+    engine = byte_engine.Fastokens(Future(), "0", suspects)
     assert engine.suspected(ids, lengths).tolist() == [0, 65, 131, 299]
     assert engine.suspected(ids[:0], lengths[:0]).tolist() == []
+    ids[10] = 10
+    with pytest.raises(ValueError, match="token id 10 is outside the vocabulary"):
+        engine.suspected(ids, lengths)
 
 
 def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:

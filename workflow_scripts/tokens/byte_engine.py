@@ -24,14 +24,17 @@ import hashlib
 import os
 import random
 import re
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from importlib import metadata
 from typing import Any, ClassVar
 
 import numpy as np
 
 from workflow_scripts.core import cache
+from workflow_scripts.tokens import _ids
 
 SAMPLES = [
     "Ελληνικά",
@@ -72,10 +75,7 @@ def _unassigned() -> np.ndarray:
 
 def has_unassigned(text: str) -> bool:
     """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned."""
-    if text.isascii():
-        return False
-    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-    return bool(np.take(unassigned(), points).any())
+    return not text.isascii() and _ids.holds_flagged(unassigned(), text)
 
 
 def utf8_width(lead: int) -> int:
@@ -138,8 +138,8 @@ class Engine(abc.ABC):
     unsafe: ClassVar[Mapping[str, str]] = {}
     reads_utf8 = False  # ``encode`` reads the texts' UTF-8 bytes (else the strings)
 
-    def __init__(self, impl: Any, version: str, suspects: np.ndarray) -> None:
-        self.impl = impl
+    def __init__(self, impl: Future[Any], version: str, suspects: np.ndarray) -> None:
+        self._impl = impl
         self.name = f"{self.library} {version}"
         self.suspects = suspects
 
@@ -158,12 +158,16 @@ class Engine(abc.ABC):
             return None, f"{cls.library} reads {', '.join(unsafe)} differently"
         texts = probe(specials)
         passed = passed_name(f"{cls.library} {version}", config, texts)
-        try:
-            impl = _loaded(cls, passed, backend, config, threads)
-        except Exception as exc:  # the engines raise plain exceptions for what they do not support
-            return None, f"{cls.library} cannot read this tokenizer: {str(exc)[:200]}"
+        checked = cache.read(passed) is not None
+        impl = _loading(cls, passed, backend, config, threads)
+        if not checked:
+            try:
+                impl.result()
+            except Exception as exc:  # the engines raise plain exceptions for what they do not support
+                _LOADED.pop((passed, threads))
+                return None, f"{cls.library} cannot read this tokenizer: {str(exc)[:200]}"
         engine = cls(impl, version, np.zeros(0, bool))
-        if cache.read(passed) is None:
+        if not checked:
             wrong = differs(backend, engine, texts)
             if wrong:
                 return None, wrong
@@ -173,6 +177,11 @@ class Engine(abc.ABC):
             passed + ".suspects", size, lambda: suspect_tokens(engine.vocab(backend), size)
         )
         return engine, f"{engine.name}: the tokenizers library's ids on {len(texts)} probe texts"
+
+    @property
+    def impl(self) -> Any:
+        """The library's tokenizer (waiting for its build, which runs in the background)."""
+        return self._impl.result()
 
     @staticmethod
     @abc.abstractmethod
@@ -192,16 +201,9 @@ class Engine(abc.ABC):
 
     def suspected(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The texts (indices) whose ids hold a suspect token: the only ones that may hold an unassigned
-        code point. Looked up 64 Ki ids at a time, so that the index copy ``take`` makes stays in the
-        cache (three times as fast as all at once)."""
-        step = 1 << 16
-        at = np.concatenate(
-            [np.flatnonzero(np.take(self.suspects, ids[k : k + step])) + k for k in range(0, len(ids), step)]
-            or [np.empty(0, np.int64)]
-        )
-        if not len(at):
-            return at
-        return np.unique(np.searchsorted(np.cumsum(lengths), at, side="right"))
+        code point (one compiled pass, ``_ids.c``)."""
+        ids, lengths = np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(lengths, np.int64)
+        return np.frombuffer(_ids.flagged(self.suspects, ids, lengths), np.int64)
 
 
 class Fastokens(Engine):
@@ -264,14 +266,24 @@ class Gigatoken(Engine):
         return ids.astype(np.int32), lengths
 
 
-_LOADED: dict[tuple[str, int], Any] = {}
+_LOADED: dict[tuple[str, int], Future[Any]] = {}
 
 
-def _loaded(cls: type[Engine], key: str, backend: Any, config: str, threads: int) -> Any:
-    """``cls.load``, once per process for each tokenizer (``key`` names it) and thread count: the members of
-    a batch job share it (building fastokens' takes a quarter of a second)."""
+def _loading(cls: type[Engine], key: str, backend: Any, config: str, threads: int) -> Future[Any]:
+    """``cls.load`` in a thread of its own, once per process for each tokenizer (``key`` names it) and
+    thread count: the members of a batch job share it. Building fastokens' takes a quarter of a second
+    without the GIL, which the reader's first batches take meanwhile."""
     if (key, threads) not in _LOADED:
-        _LOADED[key, threads] = cls.load(backend, config, threads)
+        future: Future[Any] = Future()
+
+        def build() -> None:
+            try:
+                future.set_result(cls.load(backend, config, threads))
+            except BaseException as exc:  # the caller sees it where it waits
+                future.set_exception(exc)
+
+        threading.Thread(target=build, name=f"{cls.library}-build", daemon=True).start()
+        _LOADED[key, threads] = future
     return _LOADED[key, threads]
 
 

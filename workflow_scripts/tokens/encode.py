@@ -29,21 +29,23 @@ from the model is an error, where SentencePiece's ``piece_to_id`` would silently
 ``id:N``. In SFT mode (``--sft``) the spans between markers are encoded and each marker becomes its token;
 in pretraining mode the markers are only searched for.
 
-Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text, an encoder thread encodes
-the previous batch with SentencePiece's batched ``encode(..., num_threads=workers)`` (which releases the GIL;
-a byte-level tokenizer: ``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining
-nothing else: the main thread checks its ids, ``HFTokenizer.finish``, and puts the template's tokens around
-each document's with BOS and EOD in one pass) and the main thread writes the one before with the vectorised
-builder. With ``--fast-encode`` (the default) the batch of a SentencePiece model goes through gigatoken
-instead (``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else through
+Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text (``reader``: most lines by
+a compiled scanner, without the GIL), an encoder thread encodes the previous batch with SentencePiece's
+batched ``encode(..., num_threads=workers)`` (which releases the GIL; a byte-level tokenizer:
+``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining nothing else: the main
+thread checks its ids, ``HFTokenizer.finish``, and puts the template's tokens around each document's with BOS
+and EOD in one compiled pass, ``framing.frame``) and the main thread writes the one before. With
+``--fast-encode`` (the default) the batch of a SentencePiece model goes through gigatoken instead
+(``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else through
 ``fast_encode.FastEncoder``: one compiled memo of word-like units, each distinct unit encoded once (by
 SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
-gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text).
-Memory is bounded by six batches (two read and two encoded ahead) plus the index arrays (12 bytes per
-document), whatever the shard size (and by ``--memo-entries`` on the fast path). SentencePiece needs about 50
-bytes a character, so a document over 4 Mi characters is encoded piece by piece, cut where SentencePiece
-starts a unit anyway (a space after a non-space), which gives the same ids as the whole; a run of 4 Mi
-characters without such a space is cut where it must and counted in the stats (``long_document_unsafe_cuts``).
+gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text). Memory
+is bounded by six batches (two read and two encoded ahead; while the encoder starts, the reader may read up to
+64 MB of text ahead) plus the index arrays (12 bytes per document), whatever the shard size (and by
+``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a document over 4 Mi
+characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space after a
+non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is cut where
+it must and counted in the stats (``long_document_unsafe_cuts``).
 
 This module is the command and its loop; ``tokenizer`` holds the model (token lookup, the EOD rule, batched
 and long-document encoding), ``reader`` the batches and rejects read ahead in a thread, and ``framing`` the
@@ -85,6 +87,7 @@ if TYPE_CHECKING:
     from workflow_scripts.tokens.sp_engine import SpEngine
 
 DEFAULTS = TokenizeSettings()
+START_READ_AHEAD = 64 << 20  # text the reader may read ahead while the encoder starts (its engine builds)
 ROUTED_LINES = 100  # the input lines of the first documents an engine left to its library, named in the stats
 
 
@@ -127,7 +130,8 @@ def tokenize_file(
     ):
         bos = [] if settings.bos_id is None else [settings.bos_id]
         eod = [] if settings.eod_id is None else [settings.eod_id]
-        batches = prefetch(read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8))
+        reading = read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8)
+        batches = prefetch(reading, early=START_READ_AHEAD // batch_bytes)
         for batch, long, ids in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
             flat, lengths, routed = ids.ids, ids.lengths, ids.routed
             template: tuple[list[int], list[int]] = ([], [])  # the post-processor's, not in ``flat`` yet
@@ -137,7 +141,6 @@ def tokenize_file(
                 routed, template = finishing.last_routed, finishing.specials
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
             routed_docs += len(routed)
-            batch.measure()
             counts = lengths + len(template[0]) + len(template[1])  # the tokenizer's own encode's
             keep = (counts > 0) & (counts >= settings.min_tokens)
             rejects = batch.rejects + [
@@ -150,7 +153,7 @@ def tokenize_file(
                 for i in np.flatnonzero(~keep)
             ]
             before, after = [*bos, *template[0]], [*template[1], *eod]
-            out, out_lengths = frame(flat, lengths, before, after, keep)
+            out, out_lengths = frame(flat, lengths, before, after, keep, builder.dtype)
             builder.add_documents(out, out_lengths)
             for r in sorted(rejects, key=lambda r: r.line):
                 quarantine.write(orjson.dumps(r.__dict__) + b"\n")

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
+from workflow_scripts.tokens import _ids
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 from workflow_scripts.tokens.tokenizer import TokenizerError
 
@@ -104,25 +106,20 @@ def frame(
     before: Sequence[int] = (),
     after: Sequence[int] = (),
     keep: np.ndarray | None = None,
+    dtype: npt.DTypeLike = np.int32,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Concatenated texts' ids with ``before`` and ``after`` put around each text's, the texts not in
-    ``keep`` dropped (vectorised, one pass)."""
-    if keep is not None and not keep.all():
-        flat = flat[np.repeat(keep, lengths)]
-        lengths = lengths[keep]
-    if not before and not after:
-        return flat, lengths
-    framed = lengths + len(before) + len(after)
-    ends = np.cumsum(framed)
-    starts = ends - framed
-    out = np.empty(int(ends[-1]) if len(ends) else 0, flat.dtype)
-    body = np.ones(len(out), bool)
-    for positions, tokens in ((starts, before), (ends - len(after), after)):
-        for k, token in enumerate(tokens):
-            out[positions + k] = token
-            body[positions + k] = False
-    out[body] = flat
-    return out, framed
+    ``keep`` dropped, as ``dtype`` (int32 or uint16: an id that does not fit is an error); one compiled
+    pass (``_ids.c``)."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype("<i4"), np.dtype("<u2")):
+        raise ValueError(f"token dtype {dtype} is neither int32 nor uint16")
+    flat = np.ascontiguousarray(flat, np.int32)
+    lengths = np.ascontiguousarray(lengths, np.int64)
+    keep = np.ones(len(lengths), np.uint8) if keep is None else np.ascontiguousarray(keep, np.uint8)
+    around = [int(t) for t in before], [int(t) for t in after]
+    out, counts = _ids.frame(flat, lengths, keep, *around, dtype.itemsize)
+    return np.frombuffer(out, dtype), np.frombuffer(counts, np.int64)
 
 
 def write_long(

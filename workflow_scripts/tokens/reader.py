@@ -1,8 +1,8 @@
 """The tokenize stage's reader: a jsonl shard (optionally .gz/.zst) parsed into batches of about
-``batch_bytes`` of text, each with the records rejected while parsing it (``classify``), read ahead in a
-background thread (``prefetch``) while the previous batch is encoded. ``REASONS`` are every reject reason
-of the stage, in the order of its stats.
-"""
+``batch_bytes`` of text, each with the records rejected while parsing it, read ahead in a background
+thread (``prefetch``) while the previous batch is encoded. The compiled scanner (``_jsonl.c``) reads the
+records it can vouch for (most of them) without the GIL; ``classify`` reads every other line. ``REASONS``
+are every reject reason of the stage, in the order of its stats."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import queue
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 import orjson
@@ -20,6 +20,11 @@ from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.tokens.framing import RecordSettings
 from workflow_scripts.tokens.settings import LONG_CHARS
 from workflow_scripts.tokens.sft import MarkerSplitter
+
+try:
+    from workflow_scripts.tokens._jsonl import scan
+except ImportError:  # a checkout used without `pip install -e .` (or by another Python): classify reads all
+    scan = None
 
 REASONS = (
     "malformed_json",
@@ -30,6 +35,8 @@ REASONS = (
     "too_few_tokens",
 )
 
+BLOCK = 1 << 20  # input bytes read at a time
+SCAN_BYTES = 1 << 18  # text bytes one scan takes at most: it holds the GIL while it makes their strings
 T = TypeVar("T")
 
 
@@ -50,20 +57,28 @@ class Batch:
     texts: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)
-    text_bytes: list[int] = field(default_factory=list)  # read with the UTF-8 bytes, else by ``measure``
+    text_bytes: list[int] = field(default_factory=list)  # UTF-8 sizes (not the long document's)
     utf8: list[bytes] = field(default_factory=list)  # the texts' UTF-8 bytes, when asked for
     rejects: list[Reject] = field(default_factory=list)
     input_bytes: int = 0
-    size: int = 0  # text bytes (characters without the UTF-8 bytes), to cut batches
+    size: int = 0  # text bytes, to cut batches
 
     @property
     def docs_in(self) -> int:
         return len(self.texts) + len(self.rejects)
 
-    def measure(self) -> None:
-        """The texts' UTF-8 sizes, when they were read without their bytes (an ASCII text's is its length)."""
-        if len(self.text_bytes) != len(self.texts):
-            self.text_bytes = [len(text) if text.isascii() else len(text.encode()) for text in self.texts]
+    def add_scanned(
+        self, texts: list[str], ids: list[Any], lines: bytes, sizes: bytes, utf8: bytes | None, read: int
+    ) -> None:
+        """Take in what the scanner took from ``read`` input bytes (``_jsonl.scan``'s results)."""
+        self.texts += texts
+        self.ids += ids
+        self.lines += np.frombuffer(lines, np.int64).tolist()
+        self.text_bytes += np.frombuffer(sizes, np.int64).tolist()
+        if utf8 is not None:
+            self.utf8.append(utf8)
+        self.size += sum(self.text_bytes[len(self.text_bytes) - len(texts) :])
+        self.input_bytes += read
 
     def utf8_batch(self) -> tuple[bytes, np.ndarray]:
         """The texts' UTF-8 bytes back to back and each one's size (``read_batches(..., utf8=True)``)."""
@@ -108,40 +123,91 @@ def utf8_length(text: str, chunk: int = 1 << 20) -> int:
     return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
 
 
+def blocks(f: IO[bytes], size: int = BLOCK) -> Generator[bytes, None, None]:
+    """The bytes of ``f`` in blocks of whole lines (about ``size`` bytes; a longer line is a block), the
+    last one as it ends."""
+    pending = bytearray()
+    while data := f.read(size):
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            pending += data
+            continue
+        if pending:
+            pending += data[:cut]
+            yield bytes(pending)
+        else:
+            yield data[:cut]
+        pending = bytearray(data[cut:])
+    if pending:
+        yield bytes(pending)
+
+
 def read_batches(
     path: str, settings: RecordSettings, batch_bytes: int, utf8: bool = False
 ) -> Generator[Batch, None, None]:
-    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text (with
-    ``utf8``, their UTF-8 bytes too, joined here in the reader's thread; without, a batch's size counts
-    characters and ``Batch.measure`` gives the bytes). A long document ends its batch."""
+    """Stream ``path`` (jsonl, optionally .gz/.zst) as batches of about ``batch_bytes`` bytes of text (UTF-8;
+    with ``utf8``, the bytes themselves too). A long document ends its batch. The compiled scanner
+    (``_jsonl.c``) takes the records it can vouch for, without the GIL; every other line is ``classify``'s."""
     splitter = MarkerSplitter(settings.markers) if settings.markers else None
+    markers = [marker.encode() for marker in settings.markers]
+    key = settings.json_key.encode()
     batch = Batch()
+    line = 0
     with open_binary(path) as f:
-        for line, raw in enumerate(f, start=1):
-            batch.input_bytes += len(raw)
-            if raw.isspace():
-                continue
-            rid, text = classify(raw, line, settings, splitter)
-            if isinstance(text, Reject):
-                batch.rejects.append(text)
-                continue
-            raw = b""  # let the line go: the batch holds the text
-            if utf8 and len(text) <= LONG_CHARS:
-                batch.utf8.append(text.encode())
-                batch.text_bytes.append(len(batch.utf8[-1]))
-                batch.size += batch.text_bytes[-1]
-            else:
-                batch.size += len(text)
-            batch.texts.append(text)
-            batch.lines.append(line)
-            batch.ids.append(rid)
-            full = batch.size >= batch_bytes or len(text) > LONG_CHARS
-            del text
-            if full:
-                yield joined(batch, utf8)
-                batch = Batch()
+        for block in blocks(f):
+            pos = 0
+            while pos < len(block):
+                if scan is not None:
+                    start = pos
+                    limit = min(batch_bytes - batch.size, SCAN_BYTES)
+                    pos, line, stopped, texts, ids, lines, sizes, blob = scan(
+                        block, pos, line, key, markers, settings.sft, limit, utf8, LONG_CHARS
+                    )
+                    batch.add_scanned(texts, ids, lines, sizes, blob, pos - start)
+                    if batch.size >= batch_bytes:
+                        yield joined(batch, utf8)
+                        batch = Batch()
+                    if not stopped:
+                        continue
+                end = block.find(b"\n", pos) + 1 or len(block)
+                raw, pos, line = block[pos:end], end, line + 1
+                if add_line(batch, raw, line, settings, splitter, utf8, batch_bytes):
+                    yield joined(batch, utf8)
+                    batch = Batch()
     if batch.docs_in or batch.input_bytes:
         yield joined(batch, utf8)
+
+
+def add_line(
+    batch: Batch,
+    raw: bytes,
+    line: int,
+    settings: RecordSettings,
+    splitter: MarkerSplitter | None,
+    utf8: bool,
+    batch_bytes: int,
+) -> bool:
+    """Read one input line into ``batch`` with ``classify``; whether the batch is full (a long document ends
+    it, and has no UTF-8 bytes or size in it)."""
+    batch.input_bytes += len(raw)
+    if raw.isspace():
+        return False
+    rid, text = classify(raw, line, settings, splitter)
+    del raw  # the batch holds the text
+    if isinstance(text, Reject):
+        batch.rejects.append(text)
+        return False
+    batch.texts.append(text)
+    batch.lines.append(line)
+    batch.ids.append(rid)
+    if len(text) > LONG_CHARS:
+        return True
+    if utf8:
+        batch.utf8.append(text.encode())
+    size = len(batch.utf8[-1]) if utf8 else utf8_length(text)
+    batch.text_bytes.append(size)
+    batch.size += size
+    return batch.size >= batch_bytes
 
 
 def joined(batch: Batch, utf8: bool) -> Batch:
@@ -151,16 +217,21 @@ def joined(batch: Batch, utf8: bool) -> Batch:
     return batch
 
 
-def prefetch(items: Generator[T, None, None], depth: int = 2) -> Generator[T, None, None]:
-    """Run the generator ``items`` in a background thread, at most ``depth`` items ahead; its exceptions
+def prefetch(items: Generator[T, None, None], depth: int = 2, early: int = 0) -> Generator[T, None, None]:
+    """Run the generator ``items`` in a background thread, at most ``depth`` items ahead (``early``, when
+    larger, until the first item is taken: the consumer's own start may take a while); its exceptions
     re-raise here. Closing the returned iterator stops the thread and closes ``items``."""
-    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue()
+    room = threading.Semaphore(max(depth, early))
     stop = threading.Event()
 
     def produce() -> None:
         try:
             with contextlib.closing(items):
                 for item in items:
+                    while not room.acquire(timeout=0.05):
+                        if stop.is_set():
+                            return
                     if stop.is_set():
                         return
                     q.put((True, item))
@@ -170,6 +241,7 @@ def prefetch(items: Generator[T, None, None], depth: int = 2) -> Generator[T, No
 
     thread = threading.Thread(target=produce, name="tokenize-reader", daemon=True)
     thread.start()
+    spare = max(0, early - depth)  # the room taken back as the first items go
     try:
         while True:
             ok, item = q.get()
@@ -177,12 +249,13 @@ def prefetch(items: Generator[T, None, None], depth: int = 2) -> Generator[T, No
                 if item is not None:
                     raise item
                 return
+            if spare:
+                spare -= 1
+            else:
+                room.release()
             yield item
     finally:
         stop.set()
-        while thread.is_alive():  # unblock a pending put
-            with contextlib.suppress(queue.Empty):
-                q.get(timeout=0.05)
         thread.join()
 
 

@@ -1,0 +1,190 @@
+"""The tokenize reader: the compiled scanner (``_jsonl.c``) reads exactly what orjson and ``classify`` read,
+and leaves them every line it cannot vouch for; the read-ahead thread."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.utils import write_jsonl
+from workflow_scripts.tokens import _jsonl, reader
+from workflow_scripts.tokens.framing import RecordSettings
+
+TRICKY = [
+    b'{"id": "a", "text": "plain"}',
+    b'  {"text":"spaces around"}  \r',
+    b"",
+    b"   \t ",
+    b'{"text": "esc \\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\ud83d\\ude00 \\u0000 end"}',
+    b'{"text": "lone \\ud800 high"}',
+    b'{"text": "lone \\udc00 low"}',
+    b'{"text": "bad \\x escape"}',
+    b'{"text": "raw\ttab"}',
+    b'{"text": "\xff invalid utf-8"}',
+    b'{"text": "\xed\xa0\x80 utf-8 surrogate"}',
+    b'{"text": "\xc0\xaf overlong"}',
+    b'{"text": "\xf4\x90\x80\x80 past U+10FFFF"}',
+    b'{"text": "del \x7f and \xc2\x85 next line"}',
+    b'\xef\xbb\xbf{"text": "bom"}',
+    b'{"text": "dup", "text": "last wins"}',
+    b'{"id": 1, "id": 2, "text": "dup id"}',
+    b'{"te\\u0078t": "escaped key"}',
+    b'{"text": 5}',
+    b'{"text": null}',
+    b'{"id": 3}',
+    b'{"text": ""}',
+    b'{"text": "  \\n\\t "}',
+    b'{"text": "\xe3\x80\x80\xe2\x80\xa8"}',
+    b'{"text": "\\u001c\\u001f"}',
+    b'{"text": "\xe4\xb8\xad\xe6\x96\x87 only"}',
+    b'{"text": "\xe4\xb8\xad"}',
+    b'{"id": 12345678901234567890, "text": "big id"}',
+    b'{"id": -42, "text": "negative id"}',
+    b'{"id": 1.5, "text": "float id"}',
+    b'{"id": true, "text": "true id"}',
+    b'{"id": null, "text": "null id"}',
+    b'{"id": {"a": 1}, "text": "object id"}',
+    b'{"meta": {"a": [1, 2.5, -0, {"b": null}], "c": "\\u00e9"}, "text": "nested"}',
+    b'{"meta": 1e5, "text": "exponent"}',
+    b'{"meta": 01, "text": "leading zero"}',
+    b'{"meta": 1., "text": "no fraction digits"}',
+    b'{"meta": -, "text": "sign only"}',
+    b'{"meta": 123456789012345678901, "text": "many digits"}',
+    b'{"meta": tru, "text": "cut literal"}',
+    b'{"text": "trailing comma",}',
+    b'{"text": "unclosed"',
+    b'{"text": "junk after"} x',
+    b'{"text": "nul after"}\x00',
+    b'["text", "an array"]',
+    b'"a string"',
+    b"{}",
+    b'{"text": "a marker <<<|user|>>> inside"}',
+    b'{"text": "' + b"[" * 70 + b'"}',
+    b'{"meta": ' + b"[" * 70 + b"]" * 70 + b', "text": "deep"}',
+    b'{"text": "' + b"long " * 1000 + b'"}',
+    b'{"text": "last line without a newline"}',
+]
+
+
+def batches(path: Path, settings: RecordSettings, size: int, utf8: bool) -> list[dict[str, object]]:
+    return [dataclasses.asdict(b) for b in reader.read_batches(str(path), settings, size, utf8)]
+
+
+def corpus(seed: int) -> Iterator[bytes]:
+    """Seeded random records: every kind of character, written with and without ASCII escapes, ids and
+    metadata of every type, whitespace around."""
+    rng = random.Random(seed)
+    pools = [range(0x20, 0x7F), range(0x80, 0x800), range(0x800, 0xD800), range(0xE000, 0x110000)]
+    spaces = [" ", "\t", "\n", "\u3000", "\u00a0", "\u2028", "\x1c"]
+    for n in range(400):
+        chars = [
+            chr(rng.choice(rng.choice(pools))) if rng.random() < 0.8 else rng.choice(spaces)
+            for _ in range(rng.randrange(0, 30))
+        ]
+        text: object = "".join(chars)
+        record: dict[str, object] = {}
+        if rng.random() < 0.8:
+            record["id"] = rng.choice([f"doc-{n}", n, -n, None, True, float(n) + 0.5, [n]])
+        if rng.random() < 0.3:
+            record["meta"] = {"score": rng.random(), "tags": ["a", "\u00e9"], "n": rng.randrange(10**20)}
+        if rng.random() < 0.05:
+            text = rng.choice([None, 7, ["x"]])
+        record["text"] = text
+        line = json.dumps(record, ensure_ascii=rng.random() < 0.5).encode()
+        yield rng.choice([b"", b" ", b"\t"]) + line + rng.choice([b"", b" ", b"\r"])
+
+
+@pytest.mark.parametrize("utf8", [False, True])
+@pytest.mark.parametrize("sft", [False, True])
+def test_the_scanner_reads_what_orjson_and_classify_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, utf8: bool, sft: bool
+) -> None:
+    """Every batch (texts, ids, lines, sizes, UTF-8 bytes, rejects, input bytes) is the same with the
+    scanner as with ``classify`` alone, on tricky and on random lines, small batches and a long document."""
+    monkeypatch.setattr(reader, "LONG_CHARS", 4000)
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join([*TRICKY, *corpus(0), *TRICKY]))
+    settings = RecordSettings(markers=("<<<|user|>>>",), sft=sft)
+    taken: list[int] = []
+
+    def counted(*args: object) -> tuple[object, ...]:
+        result = _jsonl.scan(*args)
+        taken.append(len(result[3]))
+        return result
+
+    for size in (1 << 20, 700):
+        monkeypatch.setattr(reader, "scan", counted)
+        scanned = batches(path, settings, size, utf8)
+        monkeypatch.setattr(reader, "scan", None)
+        assert batches(path, settings, size, utf8) == scanned
+    assert sum(taken) > (0 if sft else 300)  # the scanner's own
+
+
+def test_the_scanner_takes_plain_records_and_stops_at_the_others() -> None:
+    """Plain lines are all the scanner's, in one call and without the GIL; it stops before a line it leaves
+    to ``classify`` and after ``limit`` bytes of text."""
+    lines = b"".join(json.dumps({"id": i, "text": f"t\u00e9xt {i}"}).encode() + b"\n" for i in range(100))
+    pos, line, stopped, texts, ids, _, _, blob = _jsonl.scan(lines, 0, 0, b"text", [], 0, 1 << 20, 1, 9)
+    assert (pos, line, stopped) == (len(lines), 100, False) and ids == list(range(100))
+    assert texts == [f"t\u00e9xt {i}" for i in range(100)] and blob == "".join(texts).encode()
+    data = b'{"text": "a"}\n\n{"text": 5}\n{"text": "b"}\n'
+    assert _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 99)[:4] == (15, 2, True, ["a"])
+    assert _jsonl.scan(data, 0, 0, b"text", [], False, 1, False, 99)[:4] == (14, 1, False, ["a"])
+    assert _jsonl.scan(b'{"id": "x"}', 0, 0, b"id", [], False, 99, False, 99)[:4] == (0, 0, True, [])
+
+
+def test_the_scanner_leaves_every_whitespace_only_text_to_python() -> None:
+    """A text of one character is the scanner's unless ``str.isspace`` says it is whitespace (then it is
+    ``classify``'s, an empty text): the scanner's whitespace is this Python's, for every code point."""
+    for c in [*range(0xD800), *range(0xE000, 0x30000), *range(0xE0000, 0x110000, 7)]:
+        line = json.dumps({"text": chr(c)}).encode()
+        taken = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, False, 99)[3]
+        assert bool(taken) != chr(c).isspace(), hex(c)
+
+
+@pytest.mark.skipif(not (3, 11) <= sys.version_info[:2] <= (3, 13), reason="CPython 3.11 to 3.13 only")
+def test_scanned_strings_keep_their_utf8() -> None:
+    """A non-ASCII text comes with its UTF-8 kept in the str (what an engine reading it would make under the
+    GIL): ``sys.getsizeof`` counts it."""
+    text = "t\u00e9xt \u6771\u4eac \U0001f642"
+    line = json.dumps({"text": text}).encode()
+    taken = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, False, 99)[3][0]
+    fresh = "".join(list(text))
+    assert taken == text and sys.getsizeof(taken) == sys.getsizeof(fresh) + len(text.encode()) + 1
+
+
+def test_write_jsonl_records_scan_as_written(tmp_path: Path) -> None:
+    """Records as the stages write them (orjson) are all the scanner's."""
+    records = [{"id": f"d{i}", "text": f'line\n{i} \u00e9 "quoted" \\ back'} for i in range(50)]
+    data = write_jsonl(tmp_path / "r.jsonl", records).read_bytes()
+    taken = _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 1 << 22)[3]
+    assert taken == [r["text"] for r in records]
+
+
+def test_prefetch_reads_further_ahead_until_the_first_item_is_taken() -> None:
+    """``early`` items (and the one in hand) before the consumer takes one, then ``depth``."""
+    made: list[int] = []
+
+    def items() -> Iterator[int]:
+        for i in range(100):
+            made.append(i)
+            yield i
+
+    def settled(count: int) -> bool:
+        deadline = time.monotonic() + 5
+        while len(made) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        return len(made) == count
+
+    stream = reader.prefetch(items(), depth=2, early=5)
+    assert next(stream) == 0 and settled(6)  # 5 queued (one taken now) and one in hand
+    assert [next(stream) for _ in range(3)] == [1, 2, 3] and settled(7)  # down to depth: 2 queued + 1
+    assert list(stream) == list(range(4, 100))

@@ -1,0 +1,468 @@
+/* The tokenize reader's scanner (reader.py): JSON lines to texts, without the GIL.
+ *
+ * ``scan(block, start, line, key, markers, sft, limit, blob, long_bytes)`` reads the lines of ``block``
+ * (whole lines) from offset ``start`` and takes each record it can vouch for: a line holding one JSON
+ * object, valid in every part (strict UTF-8, no raw control character in a string, numbers of at most 18
+ * digits and no exponent, nesting at most 64 deep, no escape in a member's name), whose ``key`` member
+ * (once) is a string of at most ``long_bytes`` bytes holding a character that is not whitespace, and
+ * whose ``id`` member (once, if any) is a string, an integer, true, false or null; with ``markers``, a text
+ * holding one must be an SFT record (``sft``) and one holding none must not be. Such a record's text and
+ * id are what orjson gives. A blank line (ASCII whitespace only) is skipped. Any other line stops the scan
+ * before it, for the caller to read with orjson (which says what is wrong, or reads what this leaves
+ * alone); so does having taken ``limit`` bytes of text or more.
+ *
+ * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob)``: where it stopped, the number of the
+ * last line read, whether a line for the caller is there, the texts (str, each keeping its UTF-8: see
+ * ``text_str``) and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with
+ * ``blob`` the texts' UTF-8 back to back (else None).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define MAX_DIGITS 18
+
+enum { ID_NONE, ID_STR, ID_INT, ID_TRUE, ID_FALSE };
+
+typedef struct {
+    size_t text_off, text_len, id_off, id_len;
+    long long id_int;
+    int64_t line;
+    int id_kind;
+} Record;
+
+typedef struct {
+    const unsigned char *s, *end;
+    unsigned char *out; /* where a kept string's bytes go (NULL: checked only) */
+    size_t out_len;
+    int nonspace; /* a kept string holds a character that is not whitespace (str.isspace) */
+    int escaped;  /* the last string had an escape */
+} Parser;
+
+static int value(Parser *p, int depth);
+
+static inline void ws(Parser *p) {
+    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+        p->s++;
+}
+
+static inline int ascii_space(unsigned c) { /* str.isspace for ASCII */
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* str.isspace beyond ASCII (Python 3.11's Unicode 14; tests/tokens/test_reader.py compares): U+0085, U+00A0,
+ * U+1680, U+2000 to U+200A, U+2028, U+2029, U+202F, U+205F and U+3000. */
+static inline int wide_space(unsigned cp) {
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+static inline unsigned point(const unsigned char *s, size_t n) { /* of a valid UTF-8 sequence */
+    unsigned cp = s[0] & (0x7F >> n);
+    for (size_t i = 1; i < n; i++) cp = cp << 6 | (s[i] & 0x3F);
+    return cp;
+}
+
+static inline int hex4(const unsigned char *s, unsigned *v) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') d = (c | 0x20) - 'a' + 10;
+        else return 0;
+        r = r << 4 | d;
+    }
+    *v = r;
+    return 1;
+}
+
+static inline void put(Parser *p, const unsigned char *src, size_t n) {
+    if (p->out) memcpy(p->out + p->out_len, src, n);
+    p->out_len += n;
+}
+
+static void put_point(Parser *p, unsigned cp) {
+    unsigned char b[4];
+    size_t n;
+    if (cp < 0x80) b[0] = (unsigned char)cp, n = 1;
+    else if (cp < 0x800) b[0] = 0xC0 | cp >> 6, b[1] = 0x80 | (cp & 0x3F), n = 2;
+    else if (cp < 0x10000)
+        b[0] = 0xE0 | cp >> 12, b[1] = 0x80 | (cp >> 6 & 0x3F), b[2] = 0x80 | (cp & 0x3F), n = 3;
+    else
+        b[0] = 0xF0 | cp >> 18, b[1] = 0x80 | (cp >> 12 & 0x3F), b[2] = 0x80 | (cp >> 6 & 0x3F),
+        b[3] = 0x80 | (cp & 0x3F), n = 4;
+    if (cp < 0x80 ? !ascii_space(cp) : !wide_space(cp)) p->nonspace = 1;
+    put(p, b, n);
+}
+
+/* The length of the strict UTF-8 sequence at s (0: invalid, or past end). */
+static inline size_t utf8_seq(const unsigned char *s, const unsigned char *end) {
+    unsigned c = s[0];
+    size_t n = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    if (!n || (size_t)(end - s) < n) return 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c == 0xE0) lo = 0xA0;
+    else if (c == 0xED) hi = 0x9F; /* no surrogates */
+    else if (c == 0xF0) lo = 0x90;
+    else if (c == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return n;
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t below(uint64_t w, unsigned n) { return (w - ONES * n) & ~w & HIGHS; } /* a byte < n */
+static inline uint64_t equal(uint64_t w, unsigned c) { return below(w ^ (ONES * c), 1); } /* a byte == c */
+
+/* A string at p->s (its quote): checked, and its text written where p->out points. 0: not one we vouch
+ * for. Plain ASCII goes 8 bytes at a time, and runs without escapes are copied whole. */
+static int string(Parser *p) {
+    const unsigned char *s = p->s + 1, *end = p->end, *run = s;
+    p->escaped = 0;
+    for (;;) {
+        while (end - s >= 8) {
+            uint64_t w;
+            memcpy(&w, s, 8);
+            if ((w & HIGHS) | below(w, 0x20) | equal(w, '"') | equal(w, '\\')) break;
+            p->nonspace |= (w ^ (ONES * ' ')) != 0;
+            s += 8;
+        }
+        if (s >= end) return 0;
+        unsigned c = *s;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            p->nonspace |= c != ' ';
+            s++;
+            continue;
+        }
+        if (c == '"') break;
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            put(p, run, (size_t)(s - run));
+            p->escaped = 1;
+            if (end - s < 2) return 0;
+            unsigned e = s[1], cp;
+            s += 2;
+            switch (e) {
+            case '"': case '\\': case '/': cp = e; break;
+            case 'b': cp = '\b'; break;
+            case 'f': cp = '\f'; break;
+            case 'n': cp = '\n'; break;
+            case 'r': cp = '\r'; break;
+            case 't': cp = '\t'; break;
+            case 'u':
+                if (end - s < 4 || !hex4(s, &cp)) return 0;
+                s += 4;
+                if (cp >= 0xDC00 && cp < 0xE000) return 0;
+                if (cp >= 0xD800 && cp < 0xDC00) { /* a high surrogate: its low one must follow */
+                    unsigned low;
+                    if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || !hex4(s + 2, &low)) return 0;
+                    if (low < 0xDC00 || low >= 0xE000) return 0;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                    s += 6;
+                }
+                break;
+            default:
+                return 0;
+            }
+            put_point(p, cp);
+            run = s;
+            continue;
+        }
+        size_t n = utf8_seq(s, end);
+        if (!n) return 0;
+        if (!p->nonspace && !wide_space(point(s, n))) p->nonspace = 1;
+        s += n;
+    }
+    put(p, run, (size_t)(s - run));
+    p->s = s + 1;
+    return 1;
+}
+
+/* A number (JSON's grammar; at most MAX_DIGITS digits, no exponent); its value in *v when an integer. */
+static int number(Parser *p, int *integer, long long *v) {
+    const unsigned char *s = p->s, *end = p->end;
+    int negative = s < end && *s == '-', digits = 0;
+    long long r = 0;
+    s += negative;
+    if (s >= end || *s < '0' || *s > '9') return 0;
+    if (*s == '0') s++, digits = 1;
+    else
+        while (s < end && *s >= '0' && *s <= '9') r = r * 10 + (*s++ - '0'), digits++;
+    *integer = 1;
+    if (s < end && *s == '.') {
+        *integer = 0;
+        s++;
+        if (s >= end || *s < '0' || *s > '9') return 0;
+        while (s < end && *s >= '0' && *s <= '9') s++, digits++;
+    }
+    if (digits > MAX_DIGITS || (s < end && (*s == 'e' || *s == 'E'))) return 0;
+    *v = negative ? -r : r;
+    p->s = s;
+    return 1;
+}
+
+static int literal(Parser *p, const char *word, size_t n) {
+    if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n)) return 0;
+    p->s += n;
+    return 1;
+}
+
+/* Any value, checked only (nothing written). */
+static int value(Parser *p, int depth) {
+    if (p->s >= p->end) return 0;
+    unsigned char *out = p->out;
+    int ok = 1, integer;
+    long long v;
+    p->out = NULL;
+    switch (*p->s) {
+    case '"': ok = string(p); break;
+    case 't': ok = literal(p, "true", 4); break;
+    case 'f': ok = literal(p, "false", 5); break;
+    case 'n': ok = literal(p, "null", 4); break;
+    case '[': case '{': {
+        int object = *p->s == '{';
+        unsigned char close = object ? '}' : ']';
+        if (depth >= MAX_DEPTH) { ok = 0; break; }
+        p->s++;
+        ws(p);
+        if (p->s < p->end && *p->s == close) { p->s++; break; }
+        for (;;) {
+            if (object) {
+                if (p->s >= p->end || *p->s != '"' || !string(p)) { ok = 0; break; }
+                ws(p);
+                if (p->s >= p->end || *p->s != ':') { ok = 0; break; }
+                p->s++;
+                ws(p);
+            }
+            if (!value(p, depth + 1)) { ok = 0; break; }
+            ws(p);
+            if (p->s < p->end && *p->s == ',') { p->s++; ws(p); continue; }
+            if (p->s < p->end && *p->s == close) { p->s++; break; }
+            ok = 0;
+            break;
+        }
+        break;
+    }
+    default: ok = number(p, &integer, &v);
+    }
+    p->out = out;
+    return ok;
+}
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    Py_buffer *markers;
+    Py_ssize_t n_markers;
+    int sft;
+    size_t long_bytes;
+} Settings;
+
+/* The record on one line (without its newline), or 0 for the caller's reader. */
+static int record(const Settings *st, const unsigned char *s, const unsigned char *end, unsigned char *texts,
+                  size_t *texts_len, unsigned char *ids, size_t *ids_len, Record *r) {
+    Parser p = {s, end, NULL, 0, 0, 0};
+    int has_text = 0, has_id = 0;
+    ws(&p);
+    if (p.s >= p.end || *p.s != '{') return 0;
+    p.s++;
+    ws(&p);
+    r->id_kind = ID_NONE;
+    if (p.s < p.end && *p.s == '}') return 0; /* no text */
+    for (;;) {
+        if (p.s >= p.end || *p.s != '"') return 0;
+        const unsigned char *name = p.s + 1;
+        if (!string(&p)) return 0;
+        size_t name_len = (size_t)(p.s - 1 - name);
+        if (p.escaped) return 0; /* a name spelt with escapes: orjson's to read */
+        ws(&p);
+        if (p.s >= p.end || *p.s != ':') return 0;
+        p.s++;
+        ws(&p);
+        int is_text = name_len == (size_t)st->key_len && !memcmp(name, st->key, name_len);
+        int is_id = name_len == 2 && !memcmp(name, "id", 2);
+        if (is_text && is_id) return 0; /* the text is the id: orjson's to read */
+        if (is_text) {
+            if (has_text++ || p.s >= p.end || *p.s != '"') return 0;
+            p.out = texts + *texts_len, p.out_len = 0, p.nonspace = 0;
+            if (!string(&p) || !p.nonspace || p.out_len > st->long_bytes) return 0;
+            r->text_off = *texts_len, r->text_len = p.out_len;
+            *texts_len += p.out_len;
+            p.out = NULL;
+        } else if (is_id) {
+            if (has_id++ || p.s >= p.end) return 0;
+            int integer;
+            if (*p.s == '"') {
+                p.out = ids + *ids_len, p.out_len = 0;
+                if (!string(&p)) return 0;
+                r->id_kind = ID_STR, r->id_off = *ids_len, r->id_len = p.out_len;
+                *ids_len += p.out_len;
+                p.out = NULL;
+            } else if (*p.s == 't' || *p.s == 'f' || *p.s == 'n') {
+                r->id_kind = *p.s == 't' ? ID_TRUE : *p.s == 'f' ? ID_FALSE : ID_NONE;
+                if (!value(&p, 1)) return 0;
+            } else if (*p.s == '-' || (*p.s >= '0' && *p.s <= '9')) {
+                if (!number(&p, &integer, &r->id_int) || !integer) return 0;
+                r->id_kind = ID_INT;
+            } else {
+                return 0;
+            }
+        } else if (!value(&p, 1)) {
+            return 0;
+        }
+        ws(&p);
+        if (p.s < p.end && *p.s == ',') { p.s++; ws(&p); continue; }
+        if (p.s < p.end && *p.s == '}') { p.s++; break; }
+        return 0;
+    }
+    ws(&p);
+    if (p.s != p.end || !has_text) return 0;
+    if (st->n_markers) {
+        const unsigned char *text = texts + r->text_off;
+        int marked = 0;
+        for (Py_ssize_t m = 0; m < st->n_markers && !marked; m++)
+            marked = memmem(text, r->text_len, st->markers[m].buf, (size_t)st->markers[m].len) != NULL;
+        if (marked != st->sft) return 0;
+    }
+    return 1;
+}
+
+static int blank(const unsigned char *s, const unsigned char *end) { /* bytes.isspace(), or empty */
+    for (; s < end; s++)
+        if (!(*s == ' ' || (*s >= '\t' && *s <= '\r'))) return 0;
+    return 1;
+}
+
+/* A str of valid UTF-8 that keeps its UTF-8, as PyUnicode_AsUTF8AndSize makes it keep it (the same
+ * fields, allocator and terminating NUL; CPython 3.11 to 3.13, whose compact str has them): an engine
+ * reading the str's UTF-8 (fastokens) then gets it without converting the str under the GIL. */
+static PyObject *text_str(const char *s, Py_ssize_t n) {
+    PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+    if (!text || PyUnicode_IS_ASCII(text)) return text; /* an ASCII str's data is its UTF-8 */
+    PyCompactUnicodeObject *u = (PyCompactUnicodeObject *)text;
+    if (u->utf8) return text;
+    char *copy = PyObject_Malloc((size_t)n + 1);
+    if (!copy) return text;
+    memcpy(copy, s, (size_t)n);
+    copy[n] = 0;
+    u->utf8 = copy, u->utf8_length = n;
+#endif
+    return text;
+}
+
+static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer block, key;
+    Py_ssize_t start, limit, long_bytes;
+    long long line;
+    PyObject *marker_list;
+    int sft, want_blob;
+    if (!PyArg_ParseTuple(args, "y*nLy*O!pnpn", &block, &start, &line, &key, &PyList_Type, &marker_list,
+                          &sft, &limit, &want_blob, &long_bytes))
+        return NULL;
+    PyObject *result = NULL, *texts = NULL, *ids = NULL;
+    Py_ssize_t n_markers = PyList_GET_SIZE(marker_list), got_markers = 0;
+    Py_buffer *markers = PyMem_Calloc((size_t)n_markers + 1, sizeof(Py_buffer));
+    size_t in_len = start < block.len ? (size_t)(block.len - start) : 0;
+    unsigned char *text_buf = malloc(in_len + 1), *id_buf = malloc(in_len + 1);
+    size_t cap = 1024, n = 0, texts_len = 0, ids_len = 0;
+    Record *records = malloc(cap * sizeof(Record));
+    if (!markers || !text_buf || !id_buf || !records) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got_markers < n_markers; got_markers++)
+        if (PyObject_GetBuffer(PyList_GET_ITEM(marker_list, got_markers), &markers[got_markers], PyBUF_SIMPLE))
+            goto done;
+    Settings st = {key.buf, key.len, markers, n_markers, sft, (size_t)long_bytes};
+    const unsigned char *data = block.buf, *end = data + block.len;
+    size_t pos = (size_t)start;
+    int stopped = 0, failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < (size_t)block.len && (Py_ssize_t)texts_len < limit) {
+        const unsigned char *s = data + pos, *nl = memchr(s, '\n', (size_t)(end - s));
+        const unsigned char *stop = nl ? nl : end;
+        if (blank(s, stop)) {
+            pos = (size_t)(stop - data) + (nl != NULL);
+            line++;
+            continue;
+        }
+        if (n == cap) {
+            Record *grown = realloc(records, 2 * cap * sizeof(Record));
+            if (!grown) { failed = 1; break; }
+            records = grown, cap *= 2;
+        }
+        Record *r = &records[n];
+        size_t before_texts = texts_len, before_ids = ids_len;
+        if (!record(&st, s, stop, text_buf, &texts_len, id_buf, &ids_len, r)) {
+            texts_len = before_texts, ids_len = before_ids;
+            stopped = 1;
+            break;
+        }
+        r->line = ++line;
+        n++;
+        pos = (size_t)(stop - data) + (nl != NULL);
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    texts = PyList_New((Py_ssize_t)n);
+    ids = PyList_New((Py_ssize_t)n);
+    PyObject *lines = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    PyObject *sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    PyObject *blob = want_blob ? PyBytes_FromStringAndSize((const char *)text_buf, (Py_ssize_t)texts_len)
+                               : Py_NewRef(Py_None);
+    if (!texts || !ids || !lines || !sizes || !blob) {
+        Py_XDECREF(lines), Py_XDECREF(sizes), Py_XDECREF(blob);
+        goto done;
+    }
+    int64_t *line_at = (int64_t *)PyBytes_AS_STRING(lines), *size_at = (int64_t *)PyBytes_AS_STRING(sizes);
+    for (size_t i = 0; i < n; i++) {
+        Record *r = &records[i];
+        PyObject *text = text_str((const char *)text_buf + r->text_off, (Py_ssize_t)r->text_len);
+        PyObject *id;
+        switch (r->id_kind) {
+        case ID_STR: id = PyUnicode_DecodeUTF8((const char *)id_buf + r->id_off, (Py_ssize_t)r->id_len, NULL); break;
+        case ID_INT: id = PyLong_FromLongLong(r->id_int); break;
+        case ID_TRUE: id = Py_NewRef(Py_True); break;
+        case ID_FALSE: id = Py_NewRef(Py_False); break;
+        default: id = Py_NewRef(Py_None);
+        }
+        if (!text || !id) {
+            Py_XDECREF(text), Py_XDECREF(id), Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
+            goto done;
+        }
+        PyList_SET_ITEM(texts, (Py_ssize_t)i, text);
+        PyList_SET_ITEM(ids, (Py_ssize_t)i, id);
+        line_at[i] = r->line;
+        size_at[i] = (int64_t)r->text_len;
+    }
+    result = Py_BuildValue("nLOOONNN", (Py_ssize_t)pos, line, stopped ? Py_True : Py_False, texts, ids, lines,
+                           sizes, blob);
+done:
+    Py_XDECREF(texts);
+    Py_XDECREF(ids);
+    for (Py_ssize_t m = 0; m < got_markers; m++) PyBuffer_Release(&markers[m]);
+    PyMem_Free(markers);
+    free(text_buf), free(id_buf), free(records);
+    PyBuffer_Release(&block);
+    PyBuffer_Release(&key);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "Scan JSON lines for the records to encode (see the module's comment)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_jsonl", .m_size = -1, .m_methods = methods};
+
+PyMODINIT_FUNC PyInit__jsonl(void) { return PyModule_Create(&module); }
