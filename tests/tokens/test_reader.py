@@ -107,7 +107,8 @@ def test_the_scanner_reads_what_orjson_and_classify_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, utf8: bool, sft: bool
 ) -> None:
     """Every batch (texts, ids, lines, sizes, UTF-8 bytes, rejects, input bytes) is the same with the
-    scanner as with ``classify`` alone, on tricky and on random lines, small batches and a long document."""
+    scanner as with ``classify`` alone, on tricky and on random lines, small batches, short reads and a long
+    document."""
     monkeypatch.setattr(reader, "LONG_CHARS", 4000)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join([*TRICKY, *corpus(0), *TRICKY]))
@@ -119,7 +120,8 @@ def test_the_scanner_reads_what_orjson_and_classify_read(
         taken.append(len(result[3]))
         return result
 
-    for size in (1 << 20, 700):
+    for size, block in ((1 << 20, 1 << 20), (700, 64)):  # small batches, lines longer than a read
+        monkeypatch.setattr(reader, "BLOCK", block)
         monkeypatch.setattr(reader, "scan", counted)
         scanned = batches(path, settings, size, utf8)
         monkeypatch.setattr(reader, "scan", None)

@@ -74,10 +74,11 @@ class Batch:
         self.texts += texts
         self.ids += ids
         self.lines += np.frombuffer(lines, np.int64).tolist()
-        self.text_bytes += np.frombuffer(sizes, np.int64).tolist()
+        taken = np.frombuffer(sizes, np.int64).tolist()
+        self.text_bytes += taken
+        self.size += sum(taken)
         if utf8 is not None:
             self.utf8.append(utf8)
-        self.size += sum(self.text_bytes[len(self.text_bytes) - len(texts) :])
         self.input_bytes += read
 
     def utf8_batch(self) -> tuple[bytes, np.ndarray]:
@@ -123,7 +124,7 @@ def utf8_length(text: str, chunk: int = 1 << 20) -> int:
     return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
 
 
-def blocks(f: IO[bytes], size: int = BLOCK) -> Generator[bytes, None, None]:
+def blocks(f: IO[bytes], size: int) -> Generator[bytes, None, None]:
     """The bytes of ``f`` in blocks of whole lines (about ``size`` bytes; a longer line is a block), the
     last one as it ends."""
     pending = bytearray()
@@ -134,7 +135,9 @@ def blocks(f: IO[bytes], size: int = BLOCK) -> Generator[bytes, None, None]:
             continue
         if pending:
             pending += data[:cut]
-            yield bytes(pending)
+            block = bytes(pending)
+            pending.clear()  # one copy of a long line at a time
+            yield block
         else:
             yield data[:cut]
         pending = bytearray(data[cut:])
@@ -154,7 +157,7 @@ def read_batches(
     batch = Batch()
     line = 0
     with open_binary(path) as f:
-        for block in blocks(f):
+        for block in blocks(f, BLOCK):
             pos = 0
             while pos < len(block):
                 if scan is not None:
@@ -169,9 +172,8 @@ def read_batches(
                         batch = Batch()
                     if not stopped:
                         continue
-                end = block.find(b"\n", pos) + 1 or len(block)
-                raw, pos, line = block[pos:end], end, line + 1
-                if add_line(batch, raw, line, settings, splitter, utf8, batch_bytes):
+                start, pos, line = pos, block.find(b"\n", pos) + 1 or len(block), line + 1
+                if add_line(batch, block[start:pos], line, settings, splitter, utf8, batch_bytes):
                     yield joined(batch, utf8)
                     batch = Batch()
     if batch.docs_in or batch.input_bytes:
@@ -193,7 +195,6 @@ def add_line(
     if raw.isspace():
         return False
     rid, text = classify(raw, line, settings, splitter)
-    del raw  # the batch holds the text
     if isinstance(text, Reject):
         batch.rejects.append(text)
         return False
