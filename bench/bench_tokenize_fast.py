@@ -188,7 +188,7 @@ def profile(model: Path, batches: list[list[str]], mb: float) -> list[dict[str, 
     tokenizer = Tokenizer(model)
     plan, _ = tokenizer.fast_plan
     assert plan is not None
-    encoder = fast_encode.FastEncoder(plan, np.dtype(np.uint16), 1, 1_000_000, 64)
+    encoder = fast_encode.FastEncoder(plan, 1, 1_000_000, 64)
     take = max(1, int(mb / BATCH_MB))
     prof = cProfile.Profile()
     prof.enable()

@@ -174,7 +174,7 @@ def test_fast_ids_equal_sentencepiece(exact_model: bytes) -> None:
     plan, note = fe.plan(exact_model)
     assert plan is not None, note
     sp = spm.SentencePieceProcessor(model_proto=exact_model)
-    encoder = fe.FastEncoder(plan, np.dtype(np.int32), 1, max_entries=64, max_unit_chars=16)
+    encoder = fe.FastEncoder(plan, 1, max_entries=64, max_unit_chars=16)
     docs = [t for t in texts(11) if t]
     for start in range(0, len(docs), 97):
         batch = docs[start : start + 97]
@@ -192,12 +192,12 @@ def test_threads_and_repeated_batches_equal_sentencepiece() -> None:
     plan, _ = fe.plan(model)
     assert plan is not None
     sp = spm.SentencePieceProcessor(model_proto=model)
-    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 2, max_entries=200, max_unit_chars=32)
+    encoder = fe.FastEncoder(plan, 2, max_entries=200, max_unit_chars=32)
     docs = [t for t in texts(12) if t] * 2
     for start in range(0, len(docs), 150):
         batch = docs[start : start + 150]
         flat, lengths = encoder.encode_flat(batch)
-        assert flat.dtype == np.uint16
+        assert flat.dtype == np.int32
         assert [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] == sp.encode(batch)
     assert 0 < encoder.stats()["hit_rate"] < 1
 
@@ -224,7 +224,7 @@ def test_model_options_read_from_the_proto() -> None:
 def test_memo_stays_bounded_on_unique_garbage() -> None:
     plan, _ = fe.plan(train(**ours("bpe")))
     assert plan is not None
-    encoder = fe.FastEncoder(plan, np.dtype(np.uint16), 1, max_entries=1000, max_unit_chars=64)
+    encoder = fe.FastEncoder(plan, 1, max_entries=1000, max_unit_chars=64)
     rng = random.Random(3)
     for _ in range(20):
         batch = [" ".join(f"{rng.getrandbits(40):x}" for _ in range(200)) for _ in range(10)]

@@ -100,7 +100,7 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
     if opts.add_dummy_prefix != opts.remove_extra_whitespaces:
         units_model = with_dummy_prefix(model, opts.remove_extra_whitespaces)
     result = Plan(model, units_model)
-    flat, lengths = FastEncoder(result, np.dtype(np.int32), 1, 1 << 10, 64).encode_flat(PROBES)
+    flat, lengths = FastEncoder(result, 1, 1 << 10, 64).encode_flat(PROBES)
     expected = [np.asarray(ids, np.int32) for ids in sp.encode(list(PROBES))]
     for text, got, want in zip(PROBES, np.split(flat, np.cumsum(lengths)[:-1]), expected, strict=True):
         if not np.array_equal(got, want):
@@ -112,20 +112,18 @@ def plan(model: bytes) -> tuple[Plan | None, str]:
 
 class FastEncoder:
     """Encodes batches through one unit memo (``_unitmemo.UnitMemo``); the missing units of a batch go to
-    SentencePiece in one call with ``threads`` threads. Ids come out as ``dtype``."""
+    SentencePiece in one call with ``threads`` threads. Ids come out as int32 (``framing.frame`` writes
+    them in the file's dtype)."""
 
-    def __init__(
-        self, plan: Plan, dtype: np.dtype, threads: int, max_entries: int, max_unit_chars: int
-    ) -> None:
+    def __init__(self, plan: Plan, threads: int, max_entries: int, max_unit_chars: int) -> None:
         assert UnitMemo is not None, BUILD_NOTE
         self.sp = spm.SentencePieceProcessor(model_proto=plan.model)
         self.units_sp = spm.SentencePieceProcessor(model_proto=plan.units_model) if plan.units_model else None
-        self.dtype = np.dtype(dtype)
         self.threads = threads
         self.memo = UnitMemo(max_entries, max_unit_chars, self.units_sp is not None)
 
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """All ids of ``texts`` concatenated (``dtype``) and the per-text lengths (int64)."""
+        """All ids of ``texts`` concatenated (int32) and the per-text lengths (int64)."""
         batch = self.memo.scan(texts)
         batch.fill(self._encode(self.sp, batch.firsts), self._encode(self.units_sp or self.sp, batch.laters))
         ids, lengths, whole = self.memo.emit(batch)
@@ -136,7 +134,7 @@ class FastEncoder:
                 docs[d] = np.asarray(doc, np.int32)
             lens = np.fromiter(map(len, docs), np.int64, len(docs))
             flat = np.concatenate(docs) if docs else flat
-        return flat.astype(self.dtype), lens
+        return flat, lens
 
     def stats(self) -> dict[str, Any]:
         """Units looked up, units encoded by SentencePiece, documents encoded whole, memo entries, and the

@@ -30,7 +30,6 @@ import numpy as np
 import sentencepiece as spm
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.indexed_dataset import best_dtype
 from workflow_scripts.tokens.fast_encode import FastEncoder, Plan, plan
 from workflow_scripts.tokens.settings import EOD_PIECE, LONG_CHARS
 from workflow_scripts.tokens.sp_engine import SpEngine
@@ -108,7 +107,7 @@ class Tokenizer:
         if fast_plan is None:
             yield None
             return
-        self.fast = FastEncoder(fast_plan, best_dtype(self.vocab_size), workers, memo_entries, max_unit_chars)
+        self.fast = FastEncoder(fast_plan, workers, memo_entries, max_unit_chars)
         try:
             yield self.fast
         finally:
@@ -228,8 +227,8 @@ class Tokenizer:
     def encode_flat(
         self, texts: Sequence[str], threads: int, specials: bool = True
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Encode ``texts``; return all ids concatenated (int32, or the output dtype through the fast path)
-        and the per-text lengths (int64). ``specials`` is for other kinds (SentencePiece adds none)."""
+        """Encode ``texts``; return all ids concatenated (int32) and the per-text lengths (int64).
+        ``specials`` is for other kinds (SentencePiece adds none)."""
         self.last_routed = []
         if not texts:
             return no_ids()
