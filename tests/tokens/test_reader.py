@@ -140,6 +140,9 @@ def test_the_scanner_takes_plain_records_and_stops_at_the_others() -> None:
     assert _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 99)[:4] == (15, 2, True, ["a"])
     assert _jsonl.scan(data, 0, 0, b"text", [], False, 1, False, 99)[:4] == (14, 1, False, ["a"])
     assert _jsonl.scan(b'{"id": "x"}', 0, 0, b"id", [], False, 99, False, 99)[:4] == (0, 0, True, [])
+    for start in (-1, len(data) + 1):
+        with pytest.raises(ValueError, match="outside the block"):
+            _jsonl.scan(data, start, 0, b"text", [], False, 99, False, 99)
 
 
 def test_the_scanner_leaves_every_whitespace_only_text_to_python() -> None:

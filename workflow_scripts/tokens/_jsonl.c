@@ -366,10 +366,16 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nLy*O!pnpn", &block, &start, &line, &key, &PyList_Type, &marker_list,
                           &sft, &limit, &want_blob, &long_bytes))
         return NULL;
+    if (start < 0 || start > block.len) {
+        PyErr_Format(PyExc_ValueError, "start %zd is outside the block of %zd bytes", start, block.len);
+        PyBuffer_Release(&block);
+        PyBuffer_Release(&key);
+        return NULL;
+    }
     PyObject *result = NULL, *texts = NULL, *ids = NULL;
     Py_ssize_t n_markers = PyList_GET_SIZE(marker_list), got_markers = 0;
     Py_buffer *markers = PyMem_Calloc((size_t)n_markers + 1, sizeof(Py_buffer));
-    size_t in_len = start < block.len ? (size_t)(block.len - start) : 0;
+    size_t in_len = (size_t)(block.len - start);
     unsigned char *text_buf = malloc(in_len + 1), *id_buf = malloc(in_len + 1);
     size_t cap = 1024, n = 0, texts_len = 0, ids_len = 0;
     Record *records = malloc(cap * sizeof(Record));
