@@ -21,6 +21,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_DEPTH 64
 #define MAX_DIGITS 18
@@ -28,7 +31,7 @@
 enum { ID_NONE, ID_STR, ID_INT, ID_TRUE, ID_FALSE };
 
 typedef struct {
-    size_t text_off, text_len, id_off, id_len;
+    size_t start, text_off, text_len, id_off, id_len; /* start: the line's offset in the block */
     long long id_int;
     int64_t line;
     int id_kind;
@@ -40,6 +43,7 @@ typedef struct {
     size_t out_len;
     int nonspace; /* a kept string holds a character that is not whitespace (str.isspace) */
     int escaped;  /* the last string had an escape */
+    int lazy;     /* the kept string's UTF-8 is left to PyUnicode_DecodeUTF8 to check (the text's) */
 } Parser;
 
 static int value(Parser *p, int depth);
@@ -79,12 +83,8 @@ static inline int hex4(const unsigned char *s, unsigned *v) {
     return 1;
 }
 
-static inline void put(Parser *p, const unsigned char *src, size_t n) {
-    if (p->out) memcpy(p->out + p->out_len, src, n);
-    p->out_len += n;
-}
-
-static void put_point(Parser *p, unsigned cp) {
+/* The UTF-8 of a code point at out (when not NULL); its length. */
+static inline size_t put_point(unsigned char *out, unsigned cp) {
     unsigned char b[4];
     size_t n;
     if (cp < 0x80) b[0] = (unsigned char)cp, n = 1;
@@ -94,8 +94,8 @@ static void put_point(Parser *p, unsigned cp) {
     else
         b[0] = 0xF0 | cp >> 18, b[1] = 0x80 | (cp >> 12 & 0x3F), b[2] = 0x80 | (cp >> 6 & 0x3F),
         b[3] = 0x80 | (cp & 0x3F), n = 4;
-    if (cp < 0x80 ? !ascii_space(cp) : !wide_space(cp)) p->nonspace = 1;
-    put(p, b, n);
+    if (out) memcpy(out, b, n);
+    return n;
 }
 
 /* The length of the strict UTF-8 sequence at s (0: invalid, or past end). */
@@ -120,30 +120,91 @@ static inline size_t utf8_seq(const unsigned char *s, const unsigned char *end) 
 static inline uint64_t below(uint64_t w, unsigned n) { return (w - ONES * n) & ~w & HIGHS; } /* a byte < n */
 static inline uint64_t equal(uint64_t w, unsigned c) { return below(w ^ (ONES * c), 1); } /* a byte == c */
 
-/* A string at p->s (its quote): checked, and its text written where p->out points. 0: not one we vouch
- * for. Plain ASCII goes 8 bytes at a time, and runs without escapes are copied whole. */
-static int string(Parser *p) {
-    const unsigned char *s = p->s + 1, *end = p->end, *run = s;
-    p->escaped = 0;
-    for (;;) {
-        while (end - s >= 8) {
-            uint64_t w;
-            memcpy(&w, s, 8);
-            if ((w & HIGHS) | below(w, 0x20) | equal(w, '"') | equal(w, '\\')) break;
-            p->nonspace |= (w ^ (ONES * ' ')) != 0;
-            s += 8;
-        }
-        if (s >= end) return 0;
-        unsigned c = *s;
-        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-            p->nonspace |= c != ' ';
-            s++;
+/* Whether the UTF-8 text at s holds a character that is not whitespace (-1: not valid UTF-8). */
+static int utf8_nonspace(const unsigned char *s, const unsigned char *end) {
+    while (s < end) {
+        if (*s < 0x80) {
+            if (!ascii_space(*s++)) return 1;
             continue;
         }
+        size_t n = utf8_seq(s, end);
+        if (!n) return -1;
+        if (!wide_space(point(s, n))) return 1;
+        s += n;
+    }
+    return 0;
+}
+
+/* The plain bytes at the start of s..end, 16 or 8 at a time (the rest is the caller's): no quote,
+ * backslash or control character, and no byte past ASCII unless ``lazy``. They are copied to out (when not
+ * NULL) as they are read, a whole word at a time (so out needs 16 bytes to spare). Sets *nonspace when one
+ * is ASCII and not a space, and *wide when one is past ASCII. */
+static inline size_t plain(const unsigned char *s, const unsigned char *end, unsigned char *out, int lazy,
+                           int *nonspace, int *wide) {
+    const unsigned char *start = s;
+#if defined(__SSE2__) /* x86-64 has SSE2 */
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    const __m128i control = _mm_set1_epi8(0x1F), space = _mm_set1_epi8(' ');
+    const unsigned high_stops = lazy ? 0 : 0xFFFF;
+    while (end - s >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)s);
+        __m128i stops = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
+        stops = _mm_or_si128(stops, _mm_cmpeq_epi8(_mm_min_epu8(v, control), v)); /* a byte <= 0x1F */
+        unsigned high = (unsigned)_mm_movemask_epi8(v);
+        unsigned stop = (unsigned)_mm_movemask_epi8(stops) | (high & high_stops);
+        unsigned spaces = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, space));
+        if (out) _mm_storeu_si128((__m128i *)(out + (s - start)), v);
+        unsigned take = stop ? (unsigned)__builtin_ctz(stop) : 16, keep = stop ? (1u << take) - 1 : 0xFFFF;
+        *nonspace |= (~(high | spaces) & keep) != 0;
+        *wide |= (high & keep) != 0;
+        s += take;
+        if (stop) return (size_t)(s - start);
+    }
+#endif
+    const uint64_t high_stops8 = lazy ? 0 : HIGHS;
+    while (end - s >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        /* the lowest flag is exact (a borrow only runs above a byte that is flagged) */
+        uint64_t stop = (w & high_stops8) | below(w, 0x20) | equal(w, '"') | equal(w, '\\');
+        if (out) memcpy(out + (s - start), &w, 8);
+        unsigned take = stop ? (unsigned)__builtin_ctzll(stop) / 8 : 8;
+        uint64_t keep = take == 8 ? HIGHS : HIGHS & ((1ULL << (8 * take)) - 1);
+        uint64_t t = w ^ (ONES * ' '), nonzero = ((t & ~HIGHS) + ~HIGHS) | t; /* exact, byte by byte */
+        *nonspace |= (nonzero & ~w & keep) != 0;
+        *wide |= (w & keep) != 0;
+        s += take;
+        if (stop) break;
+    }
+    return (size_t)(s - start);
+}
+
+/* A string at p->s (its quote): checked, and its text written where p->out points (which needs 16 bytes to
+ * spare). 0: not one we vouch for. Runs of plain bytes go 16 or 8 at a time (``plain``): ASCII, and other
+ * UTF-8 too where ``p->lazy`` leaves its check to the str's decoder (then a text of non-ASCII whitespace and
+ * ASCII spaces only is checked here, character by character). */
+static int string(Parser *p) {
+    const unsigned char *s = p->s + 1, *end = p->end;
+    unsigned char *out = p->out; /* NULL: checked only */
+    size_t len = p->out_len, before = len;
+    int nonspace = p->nonspace, wide = 0, lazy = p->lazy;
+    p->escaped = 0;
+    for (;;) {
+        size_t n = plain(s, end, out ? out + len : NULL, lazy, &nonspace, &wide);
+        s += n, len += n;
+        if (s >= end) return 0;
+        unsigned c = *s;
         if (c == '"') break;
         if (c < 0x20) return 0;
+        if (c < 0x80 || lazy) { /* a plain byte the word loops left (near the end), or a backslash */
+            if (c != '\\') {
+                nonspace |= c != ' ', wide |= c >= 0x80;
+                if (out) out[len] = (unsigned char)c;
+                s++, len++;
+                continue;
+            }
+        }
         if (c == '\\') {
-            put(p, run, (size_t)(s - run));
             p->escaped = 1;
             if (end - s < 2) return 0;
             unsigned e = s[1], cp;
@@ -170,17 +231,22 @@ static int string(Parser *p) {
             default:
                 return 0;
             }
-            put_point(p, cp);
-            run = s;
+            if (cp < 0x80 ? !ascii_space(cp) : !wide_space(cp)) nonspace = 1;
+            len += put_point(out ? out + len : NULL, cp);
             continue;
         }
-        size_t n = utf8_seq(s, end);
-        if (!n) return 0;
-        if (!p->nonspace && !wide_space(point(s, n))) p->nonspace = 1;
-        s += n;
+        size_t seq = utf8_seq(s, end); /* strict: checked here */
+        if (!seq) return 0;
+        if (!nonspace && !wide_space(point(s, seq))) nonspace = 1;
+        if (out) memcpy(out + len, s, seq);
+        s += seq, len += seq;
     }
-    put(p, run, (size_t)(s - run));
-    p->s = s + 1;
+    p->s = s + 1, p->out_len = len, p->nonspace = nonspace;
+    if (wide && !nonspace) { /* only spaces seen yet: the wide characters decide (p->out is set) */
+        int found = utf8_nonspace(p->out + before, p->out + len);
+        if (found < 0) return 0;
+        p->nonspace = found;
+    }
     return 1;
 }
 
@@ -267,7 +333,7 @@ typedef struct {
 /* The record on one line (without its newline), or 0 for the caller's reader. */
 static int record(const Settings *st, const unsigned char *s, const unsigned char *end, unsigned char *texts,
                   size_t *texts_len, unsigned char *ids, size_t *ids_len, Record *r) {
-    Parser p = {s, end, NULL, 0, 0, 0};
+    Parser p = {s, end, NULL, 0, 0, 0, 0};
     int has_text = 0, has_id = 0;
     ws(&p);
     if (p.s >= p.end || *p.s != '{') return 0;
@@ -290,8 +356,9 @@ static int record(const Settings *st, const unsigned char *s, const unsigned cha
         if (is_text && is_id) return 0; /* the text is the id: orjson's to read */
         if (is_text) {
             if (has_text++ || p.s >= p.end || *p.s != '"') return 0;
-            p.out = texts + *texts_len, p.out_len = 0, p.nonspace = 0;
+            p.out = texts + *texts_len, p.out_len = 0, p.nonspace = 0, p.lazy = 1;
             if (!string(&p) || !p.nonspace || p.out_len > st->long_bytes) return 0;
+            p.lazy = 0;
             r->text_off = *texts_len, r->text_len = p.out_len;
             *texts_len += p.out_len;
             p.out = NULL;
@@ -372,11 +439,12 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         PyBuffer_Release(&key);
         return NULL;
     }
-    PyObject *result = NULL, *texts = NULL, *ids = NULL;
+    PyObject *result = NULL, *texts = NULL, *ids = NULL, **made = NULL;
+    size_t n_made = 0;
     Py_ssize_t n_markers = PyList_GET_SIZE(marker_list), got_markers = 0;
     Py_buffer *markers = PyMem_Calloc((size_t)n_markers + 1, sizeof(Py_buffer));
     size_t in_len = (size_t)(block.len - start);
-    unsigned char *text_buf = malloc(in_len + 1), *id_buf = malloc(in_len + 1);
+    unsigned char *text_buf = malloc(in_len + 16), *id_buf = malloc(in_len + 16); /* see string */
     size_t cap = 1024, n = 0, texts_len = 0, ids_len = 0;
     Record *records = malloc(cap * sizeof(Record));
     if (!markers || !text_buf || !id_buf || !records) {
@@ -411,6 +479,7 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             stopped = 1;
             break;
         }
+        r->start = pos;
         r->line = ++line;
         n++;
         pos = (size_t)(stop - data) + (nl != NULL);
@@ -420,6 +489,22 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    /* the texts first: one the decoder finds invalid UTF-8 in, and the records after it, are the caller's */
+    made = malloc((n ? n : 1) * sizeof(PyObject *));
+    if (!made) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; n_made < n; n_made++) {
+        Record *r = &records[n_made];
+        made[n_made] = text_str((const char *)text_buf + r->text_off, (Py_ssize_t)r->text_len);
+        if (made[n_made]) continue;
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+        PyErr_Clear();
+        pos = r->start, line = r->line - 1, stopped = 1, texts_len = r->text_off;
+        break;
+    }
+    n = n_made;
     texts = PyList_New((Py_ssize_t)n);
     ids = PyList_New((Py_ssize_t)n);
     PyObject *lines = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
@@ -433,7 +518,6 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     int64_t *line_at = (int64_t *)PyBytes_AS_STRING(lines), *size_at = (int64_t *)PyBytes_AS_STRING(sizes);
     for (size_t i = 0; i < n; i++) {
         Record *r = &records[i];
-        PyObject *text = text_str((const char *)text_buf + r->text_off, (Py_ssize_t)r->text_len);
         PyObject *id;
         switch (r->id_kind) {
         case ID_STR: id = PyUnicode_DecodeUTF8((const char *)id_buf + r->id_off, (Py_ssize_t)r->id_len, NULL); break;
@@ -442,11 +526,12 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         case ID_FALSE: id = Py_NewRef(Py_False); break;
         default: id = Py_NewRef(Py_None);
         }
-        if (!text || !id) {
-            Py_XDECREF(text), Py_XDECREF(id), Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
+        if (!id) {
+            Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
             goto done;
         }
-        PyList_SET_ITEM(texts, (Py_ssize_t)i, text);
+        PyList_SET_ITEM(texts, (Py_ssize_t)i, made[i]);
+        made[i] = NULL; /* the list's now */
         PyList_SET_ITEM(ids, (Py_ssize_t)i, id);
         line_at[i] = r->line;
         size_at[i] = (int64_t)r->text_len;
@@ -454,6 +539,8 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     result = Py_BuildValue("nLOOONNN", (Py_ssize_t)pos, line, stopped ? Py_True : Py_False, texts, ids, lines,
                            sizes, blob);
 done:
+    for (size_t i = 0; made && i < n_made; i++) Py_XDECREF(made[i]);
+    free(made);
     Py_XDECREF(texts);
     Py_XDECREF(ids);
     for (Py_ssize_t m = 0; m < got_markers; m++) PyBuffer_Release(&markers[m]);
