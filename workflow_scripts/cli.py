@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -89,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS[name]
     prog = f"snakepack {name}"
     sys.argv[0] = prog  # argparse's default prog in the stage's parser
+    if not command.module.startswith("workflow_scripts.train."):  # torch's commands keep their BLAS threads
+        # no other command uses numpy's BLAS, whose idle pool spins for a tenth of a CPU second at import,
+        # beside the command's own threads
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     entry = getattr(importlib.import_module(command.module), command.function)
     return run(prog, entry, rest)
 
