@@ -112,6 +112,26 @@ def test_auto_takes_the_next_engine_and_says_why_not_the_first(
     assert engine is None and why == "fastokens cannot read this tokenizer: unsupported normalizer type: NFKC"
 
 
+def test_the_engine_built_before_the_tokenizer_loads_is_the_one_used(tmp_path: Path) -> None:
+    """``prebuild`` starts fastokens' build from the tokenizer.json before the library reads it; the
+    tokenizer's ``fast_encoding`` takes that build up (one build), exact as ever."""
+    path = str(byte_level_bpe(tmp_path, texts(3, 50)))
+    byte_engine.prebuild(path, "memo", 2)
+    byte_engine.prebuild(path, "gigatoken", 2)  # built from the library's tokenizer: not before
+    assert byte_engine._LOADED == {}
+    byte_engine.prebuild(path, "auto", 2)
+    [(key, built)] = byte_engine._LOADED.items()
+    assert key[0] == "fastokens" and key[2] == 2
+    tok = HFTokenizer(path)
+    sample = texts(7)
+    with tok.fast_encoding(True, 2, 0, 0, "auto") as engine:
+        assert isinstance(engine, Fastokens) and engine._impl is built, tok.engine_note
+        ids, lengths = tok.encode_flat(sample, 2)
+    expected = [e.ids for e in tok.backend.encode_batch(sample, add_special_tokens=True)]
+    assert [x.tolist() for x in np.split(ids, np.cumsum(lengths)[:-1])] == expected
+    assert list(byte_engine._LOADED.values()) == [built]
+
+
 @pytest.mark.parametrize("engine", list(ENGINES.values()), ids=list(ENGINES))
 def test_a_tokenizer_that_passed_skips_the_probe_next_time(
     tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch, engine: type[Fastokens | Gigatoken]

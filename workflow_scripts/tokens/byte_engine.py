@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import functools
 import hashlib
+import importlib.util
 import os
 import random
 import re
@@ -134,6 +135,7 @@ class Engine(abc.ABC):
     """An engine library over a ``tokenizers.Tokenizer``; ``start`` says whether it is exact and why not."""
 
     library = ""  # the Python package
+    builds_from_json = False  # ``load`` reads the JSON, not the library's tokenizer (``prebuild``)
     # tokenizer.json settings it encodes differently without an error
     unsafe: ClassVar[Mapping[str, str]] = {}
     reads_utf8 = False  # ``encode`` reads the texts' UTF-8 bytes (else the strings)
@@ -144,27 +146,32 @@ class Engine(abc.ABC):
         self.suspects = suspects
 
     @classmethod
-    def start(cls, backend: Any, specials: Sequence[str], threads: int = 1) -> tuple[Engine | None, str]:
-        """The engine for ``backend`` when it gives its ids on the probe, else None and why. A tokenizer that
-        passed is remembered on disk (per engine, tokenizers and Unicode version, and the probe's texts),
-        with its suspect tokens: a later start (every other shard's job) skips the probe."""
+    def start(
+        cls, backend: Any, specials: Sequence[str], threads: int = 1, json: str | None = None
+    ) -> tuple[Engine | None, str]:
+        """The engine for ``backend`` (``json``: the tokenizer.json it was read from, else its own JSON) when
+        it gives its ids on the probe, else None and why. A tokenizer that passed is remembered on disk (per
+        engine, tokenizers and Unicode version, and the probe's texts), with its suspect tokens: a later
+        start (every other shard's job) skips the probe."""
         try:
             version = metadata.version(cls.library)
         except metadata.PackageNotFoundError:
             return None, f"{cls.library} is not installed"
-        config = backend.to_str()  # compact JSON
-        unsafe = [why for key, why in cls.unsafe.items() if key in config]
-        if unsafe:
-            return None, f"{cls.library} reads {', '.join(unsafe)} differently"
+        json = backend.to_str() if json is None else json
+        if cls.unsafe:
+            config = backend.to_str()  # compact JSON
+            unsafe = [why for key, why in cls.unsafe.items() if key in config]
+            if unsafe:
+                return None, f"{cls.library} reads {', '.join(unsafe)} differently"
         texts = probe(specials)
-        passed = passed_name(f"{cls.library} {version}", config, texts)
+        passed = passed_name(f"{cls.library} {version}", json, texts)
         checked = cache.read(passed) is not None
-        impl = _loading(cls, passed, backend, config, threads)
+        impl = _loading(cls, json, backend, threads)
         if not checked:
             try:
                 impl.result()
             except Exception as exc:  # the engines raise plain exceptions for what they do not support
-                _LOADED.pop((passed, threads))
+                _LOADED.pop(_build_key(cls, json, threads))
                 return None, f"{cls.library} cannot read this tokenizer: {str(exc)[:200]}"
         engine = cls(impl, version, np.zeros(0, bool))
         if not checked:
@@ -185,8 +192,9 @@ class Engine(abc.ABC):
 
     @staticmethod
     @abc.abstractmethod
-    def load(backend: Any, config: str, threads: int) -> Any:
-        """The library's tokenizer for ``backend`` (``config``: its JSON), on ``threads`` threads."""
+    def load(json: str, backend: Any, threads: int) -> Any:
+        """The library's tokenizer for ``json`` (a tokenizer.json; ``backend``: the same, read by the
+        ``tokenizers`` library), on ``threads`` threads."""
 
     @abc.abstractmethod
     def vocab(self, backend: Any) -> dict[int, bytes]:
@@ -210,13 +218,14 @@ class Fastokens(Engine):
     """fastokens (Rust, PCRE2): reads the strings; its thread count is read once, at its first encode."""
 
     library = "fastokens"
+    builds_from_json = True
 
     @staticmethod
-    def load(backend: Any, config: str, threads: int) -> Any:
+    def load(json: str, backend: Any, threads: int) -> Any:
         import fastokens
 
         os.environ.setdefault("FASTOKENS_BPE_THREADS", str(max(1, threads)))
-        return fastokens.Tokenizer.from_json_str(config)
+        return fastokens.Tokenizer.from_json_str(json)
 
     def vocab(self, backend: Any) -> dict[int, bytes]:
         return byte_level_vocab(backend)
@@ -242,7 +251,7 @@ class Gigatoken(Engine):
     reads_utf8 = True
 
     @staticmethod
-    def load(backend: Any, config: str, threads: int) -> Any:
+    def load(json: str, backend: Any, threads: int) -> Any:
         import gigatoken
 
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, threads)))
@@ -266,38 +275,60 @@ class Gigatoken(Engine):
         return ids.astype(np.int32), lengths
 
 
-_LOADED: dict[tuple[str, int], Future[Any]] = {}
+_LOADED: dict[tuple[str, str, int], Future[Any]] = {}
 
 
-def _loading(cls: type[Engine], key: str, backend: Any, config: str, threads: int) -> Future[Any]:
-    """``cls.load`` in a thread of its own, once per process for each tokenizer (``key`` names it) and
-    thread count: the members of a batch job share it. Building fastokens' takes a quarter of a second
-    without the GIL, which the reader's first batches take meanwhile."""
-    if (key, threads) not in _LOADED:
+def _build_key(cls: type[Engine], json: str, threads: int) -> tuple[str, str, int]:
+    return cls.library, hashlib.sha256(json.encode()).hexdigest(), threads
+
+
+def _loading(cls: type[Engine], json: str, backend: Any, threads: int) -> Future[Any]:
+    """``cls.load`` in a thread of its own, once per process for each tokenizer and thread count: the
+    members of a batch job share it. Building fastokens' takes a quarter of a second without the GIL,
+    which the start of the command (``prebuild``) and the reader's first batches take meanwhile."""
+    key = _build_key(cls, json, threads)
+    if key not in _LOADED:
         future: Future[Any] = Future()
 
         def build() -> None:
             try:
-                future.set_result(cls.load(backend, config, threads))
+                future.set_result(cls.load(json, backend, threads))
             except BaseException as exc:  # the caller sees it where it waits
                 future.set_exception(exc)
 
         threading.Thread(target=build, name=f"{cls.library}-build", daemon=True).start()
-        _LOADED[key, threads] = future
-    return _LOADED[key, threads]
+        _LOADED[key] = future
+    return _LOADED[key]
+
+
+def prebuild(path: str, choice: str, threads: int) -> None:
+    """Start building the first engine ``start`` tries for the tokenizer.json at ``path`` where it reads the
+    JSON itself (fastokens), before the ``tokenizers`` library has read it: ``start`` (given the same
+    ``json_of(path)``) takes it up, or leaves it unused."""
+    first = ENGINES.get(next(iter(ENGINES)) if choice == "auto" else choice)
+    if first and first.builds_from_json and importlib.util.find_spec(first.library) is not None:
+        _loading(first, json_of(path), None, threads)
+
+
+def json_of(path: str) -> str:
+    """A tokenizer.json's text, as an engine reads it."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")  # a byte-fallback token
 ENGINES: dict[str, type[Engine]] = {"fastokens": Fastokens, "gigatoken": Gigatoken}  # auto: in this order
 
 
-def start(backend: Any, specials: Sequence[str], choice: str, threads: int) -> tuple[Engine | None, str]:
-    """The first engine of ``choice`` (``auto``: every engine, fastest first) that is exact for ``backend``,
-    and why; else None and why each is not."""
+def start(
+    backend: Any, specials: Sequence[str], choice: str, threads: int, json: str | None = None
+) -> tuple[Engine | None, str]:
+    """The first engine of ``choice`` (``auto``: every engine, fastest first) that is exact for ``backend``
+    (``json``: the tokenizer.json it was read from), and why; else None and why each is not."""
     names = list(ENGINES) if choice == "auto" else [choice]
     notes = []
     for name in names:
-        engine, note = ENGINES[name].start(backend, specials, threads)
+        engine, note = ENGINES[name].start(backend, specials, threads, json)
         if engine is not None:
             return engine, note
         notes.append(note)
@@ -350,10 +381,10 @@ def differs(backend: Any, engine: Engine, texts: list[str]) -> str:
     )
 
 
-def passed_name(engine: str, config: str, texts: Sequence[str]) -> str:
+def passed_name(engine: str, json: str, texts: Sequence[str]) -> str:
     """The cache name that says ``engine`` (library and version) passed the probe ``texts`` for the
-    tokenizer ``config`` (its JSON), under this ``tokenizers`` library and Unicode database."""
-    digest = hashlib.sha256(config.encode())
+    tokenizer ``json``, under this ``tokenizers`` library and Unicode database."""
+    digest = hashlib.sha256(json.encode())
     digest.update("\0".join(texts).encode("utf-8", "surrogatepass"))
     versions = f"{engine.replace(' ', '-')}-tokenizers-{metadata.version('tokenizers')}"
     return f"byte-engine-{versions}-unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:32]}"

@@ -72,7 +72,7 @@ from workflow_scripts.core.fsio import atomic_path, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
-from workflow_scripts.tokens import kinds
+from workflow_scripts.tokens import byte_engine, kinds
 from workflow_scripts.tokens.fast_encode import FastEncoder
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
 from workflow_scripts.tokens.kinds import TokenizerFiles
@@ -307,7 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("exactly one --json-keys value is supported (one output per run)")
     if opts.threads < 1 or opts.batch_mb <= 0:
         parser.error("--threads must be >= 1 and --batch-mb > 0")
-    tokenizer = kinds.from_args(args).load()
+    files = kinds.from_args(args)
+    if files.kind == "hf" and opts.fast_encode:  # the engine builds while the tokenizer loads
+        byte_engine.prebuild(files.model, opts.engine, opts.threads)
+    tokenizer = files.load()
     resolved = resolve_settings(
         tokenizer,
         json_key=args.json_keys[0],

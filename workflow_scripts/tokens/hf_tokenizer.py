@@ -56,6 +56,7 @@ class HFTokenizer:
 
     def __init__(self, path: str | os.PathLike[str], backend: Backend | None = None) -> None:
         self.path = os.fspath(path)
+        self.from_file = backend is None  # read from ``path`` (a tokenizer.json) as it is
         try:
             self.backend = backend or Backend.from_file(self.path)
         except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
@@ -102,7 +103,9 @@ class HFTokenizer:
             if engine == "memo":
                 self.engine_note = f"engine {engine!r}: the unit memo over the tokenizers library"
             else:
-                self.engine, self.engine_note = byte_engine.start(self.backend, specials, engine, workers)
+                json = byte_engine.json_of(self.path) if self.from_file else None
+                started = byte_engine.start(self.backend, specials, engine, workers, json)
+                self.engine, self.engine_note = started
             print(f"encoder: {self.engine_note}", file=sys.stderr, flush=True)
             if self.engine is None:
                 self._start_memo(added, specials, memo_entries, max_unit_chars)

@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from workflow_scripts.core.cli import UserError
 
@@ -46,8 +47,8 @@ def detect(path: str) -> str:
         with open(path, "rb") as f:
             if f.read(1) != b"{":
                 return "sentencepiece"
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            data = orjson.loads(f.read())
     except (ValueError, UnicodeDecodeError):
         return "sentencepiece"
     except OSError as exc:
