@@ -208,6 +208,34 @@ def test_add_documents_matches_per_document_writes(tmp_path):
         assert (tmp_path / f"bulk.{ext}").read_bytes() == (tmp_path / f"loop.{ext}").read_bytes()
 
 
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_durable_builder_starts_the_write_back_as_it_goes(tmp_path, monkeypatch, durable):
+    """Each run of ``WRITEBACK_BYTES`` of the .bin, in order and flushed to the file first, has its
+    write-back started (the fsync at close then has little left to wait for); the bytes are the same."""
+    started: list[tuple[int, int]] = []
+    real = idd.start_writeback
+
+    def record(fd: int, offset: int, length: int) -> None:
+        assert offset + length <= os.fstat(fd).st_size  # flushed first
+        started.append((offset, length))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(idd, "start_writeback", record)
+    monkeypatch.setattr(idd, "WRITEBACK_BYTES", 1000)
+    docs = [np.arange(n, dtype=np.int32) for n in range(1, 80)]
+    with IndexedDatasetBuilder(tmp_path / "d", np.int32, durable=durable) as b:
+        for doc in docs:
+            b.add_document(doc)
+    written = IndexedDataset(tmp_path / "d")
+    assert [written.document(i).tolist() for i in range(79)] == [d.tolist() for d in docs]
+    if not durable:
+        assert started == []
+        return
+    ends = list(itertools.accumulate(n for _, n in started))
+    assert [offset for offset, _ in started] == [0, *ends[:-1]] and all(n >= 1000 for _, n in started)
+    assert 0 <= (tmp_path / "d.bin").stat().st_size - ends[-1] < 1000 + 4 * 79
+
+
 def test_add_documents_checks_lengths(tmp_path):
     with IndexedDatasetBuilder(tmp_path / "x", np.uint16) as b:
         with pytest.raises(ValueError, match="sum to 3 but 4 tokens"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import gzip
 import io
 import os
@@ -29,6 +30,20 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@functools.cache
+def _sync_file_range() -> Any:
+    return getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", None)
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing a range of a file to storage, without waiting (Linux's ``sync_file_range``; nothing
+    where there is none): the ``fsync`` that makes a large file durable then has little left to wait for.
+    Advisory: a write-back error is the ``fsync``'s to raise."""
+    call = _sync_file_range()
+    if call is not None:
+        call(ctypes.c_int(fd), ctypes.c_int64(offset), ctypes.c_int64(length), ctypes.c_uint(2))  # WRITE
 
 
 def sync_filesystem(path: str | os.PathLike[str]) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from workflow_scripts.core.cli import UserError
-from workflow_scripts.core.fsio import atomic_path
+from workflow_scripts.core.fsio import atomic_path, start_writeback
 from workflow_scripts.core.spill_column import ColumnChunks, SpillColumn
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -60,6 +60,7 @@ UINT16_VOCAB_LIMIT = 65500  # Megatron DType.optimal_dtype / GPT-NeoX __best_fit
 
 INDEX_CHUNK = 1 << 22  # index elements handled per step when streaming index arrays
 COLUMN_BUFFER = 1 << 20  # index elements a builder keeps in memory before spilling them
+WRITEBACK_BYTES = 16 << 20  # a durable builder starts writing each such run of its .bin to storage
 
 DTypeLike = npt.DTypeLike
 PathLike = str | os.PathLike[str]
@@ -313,7 +314,8 @@ class IndexedDatasetBuilder:
 
     Tokens go to a temporary ``.bin`` as they are added; lengths and the document index grow in columns
     that spill to temporary files (``spill_column``); ``close()`` writes the ``.idx`` and renames both files
-    into place (fsync'd unless ``durable`` is False: see ``fsio.atomic_path``). Used as a context manager, an
+    into place (fsync'd unless ``durable`` is False: see ``fsio.atomic_path``; a durable builder starts the
+    write-back of its ``.bin`` as it goes, ``fsio.start_writeback``). Used as a context manager, an
     exception aborts: temporary files are removed and no final file appears.
     """
 
@@ -326,6 +328,8 @@ class IndexedDatasetBuilder:
         self._doc_idx = SpillColumn("<i8", directory, buffer)
         self._doc_idx.append(0)
         self._num_tokens = 0
+        self._durable = durable
+        self._written_back = 0  # .bin bytes whose write-back has started
         self._stack = contextlib.ExitStack()
         try:
             self._idx_tmp = self._stack.enter_context(atomic_path(idx_path(prefix), durable))
@@ -380,6 +384,11 @@ class IndexedDatasetBuilder:
             raise ValueError(f"{self.prefix}: builder is closed")
         self._bin.write(arr)
         self._num_tokens += len(arr)
+        if self._durable and self._bin.tell() - self._written_back >= WRITEBACK_BYTES:
+            self._bin.flush()  # so that the fsync at close has little left to wait for
+            end = self._bin.tell()
+            start_writeback(self._bin.fileno(), self._written_back, end - self._written_back)
+            self._written_back = end
 
     def add_item(self, tokens: npt.ArrayLike) -> None:
         """Append one sequence to the current document (finish it with ``end_document``)."""
