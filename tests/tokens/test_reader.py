@@ -4,6 +4,7 @@ and leaves them every line it cannot vouch for; the read-ahead thread."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import random
 import sys
@@ -177,6 +178,32 @@ def test_write_jsonl_records_scan_as_written(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "r.jsonl", records).read_bytes()
     taken = _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 1 << 22)[3]
     assert taken == [r["text"] for r in records]
+
+
+class Trickle(io.RawIOBase):
+    """A file that returns at most ``most`` bytes a read."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self.data, self.pos, self.most = data, 0, most
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), self.most, len(self.data) - self.pos)
+        buffer[:n] = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+
+@pytest.mark.parametrize(("size", "most"), [(16, 1000), (16, 5), (1 << 10, 1 << 20), (7, 3)])
+def test_blocks_are_whole_lines_of_the_file(size: int, most: int) -> None:
+    """Blocks hold whole lines (the last as the file ends; a line longer than the buffer whole too), whatever
+    the reads return; together they are the file."""
+    rng = random.Random(size + most)
+    data = b"".join(b"x" * rng.choice([0, 1, 5, 40, 300]) + b"\n" for _ in range(200)) + b"tail"
+    got = [bytes(block) for block in reader.blocks(Trickle(data, most), size)]
+    assert b"".join(got) == data and all(b.endswith(b"\n") for b in got[:-1]) and got[-1].endswith(b"tail")
 
 
 def test_prefetch_reads_further_ahead_until_the_first_item_is_taken() -> None:

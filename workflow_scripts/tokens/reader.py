@@ -124,25 +124,29 @@ def utf8_length(text: str, chunk: int = 1 << 20) -> int:
     return sum(len(text[i : i + chunk].encode()) for i in range(0, len(text), chunk))
 
 
-def blocks(f: IO[bytes], size: int) -> Generator[bytes, None, None]:
+def blocks(f: IO[bytes], size: int) -> Generator[memoryview, None, None]:
     """The bytes of ``f`` in blocks of whole lines (about ``size`` bytes; a longer line is a block), the
-    last one as it ends."""
-    pending = bytearray()
-    while data := f.read(size):
-        cut = data.rfind(b"\n") + 1
+    last one as it ends: views of one buffer that ``f`` reads into, each valid until the next is asked for
+    (no copy of the input; a line cut by a read moves to the buffer's start)."""
+    buf = bytearray(size)
+    filled = 0  # the start of a line the last read cut, at the buffer's start
+    while True:
+        if filled == len(buf):  # a line longer than the buffer: a larger one (the old one may be in use)
+            buf = buf + bytes(len(buf))
+        with memoryview(buf) as free:
+            got = f.readinto(free[filled:])
+        if not got:
+            if filled:
+                yield memoryview(buf)[:filled]
+            return
+        end = filled + got
+        cut = buf.rfind(b"\n", filled, end) + 1
         if not cut:
-            pending += data
+            filled = end
             continue
-        if pending:
-            pending += data[:cut]
-            block = bytes(pending)
-            pending.clear()  # one copy of a long line at a time
-            yield block
-        else:
-            yield data[:cut]
-        pending = bytearray(data[cut:])
-    if pending:
-        yield bytes(pending)
+        yield memoryview(buf)[:cut]
+        buf[: end - cut] = buf[cut:end]  # the same size: allowed while the block's view lives
+        filled = end - cut
 
 
 def read_batches(
@@ -172,8 +176,9 @@ def read_batches(
                         batch = Batch()
                     if not stopped:
                         continue
-                start, pos, line = pos, block.find(b"\n", pos) + 1 or len(block), line + 1
-                if add_line(batch, block[start:pos], line, settings, splitter, utf8, batch_bytes):
+                newline = block.obj.find(b"\n", pos, len(block))  # in the buffer the block views
+                start, pos, line = pos, newline + 1 or len(block), line + 1
+                if add_line(batch, bytes(block[start:pos]), line, settings, splitter, utf8, batch_bytes):
                     yield joined(batch, utf8)
                     batch = Batch()
     if batch.docs_in or batch.input_bytes:
