@@ -73,6 +73,9 @@ TRICKY = [
     b'"a string"',
     b"{}",
     b'{"text": "a marker <<<|user|>>> inside"}',
+    b'{"text": "another <<<|assistant|>>> inside"}',
+    b'{"text": "their start <<<| alone, <<<|assistant|> cut, <<<|user"}',
+    b'{"text": "[INST] a marker of another shape"}',
     b'{"text": "' + b"[" * 70 + b'"}',
     b'{"meta": ' + b"[" * 70 + b"]" * 70 + b', "text": "deep"}',
     b'{"text": "' + b"long " * 1000 + b'"}',
@@ -110,16 +113,21 @@ def corpus(seed: int) -> Iterator[bytes]:
 
 @pytest.mark.parametrize("utf8", [False, True])
 @pytest.mark.parametrize("sft", [False, True])
+@pytest.mark.parametrize(
+    "markers",
+    [("<<<|user|>>>",), ("<<<|user|>>>", "<<<|assistant|>>>"), ("<<<|user|>>>", "[INST]")],
+    ids=["one", "same-start", "other-start"],
+)
 def test_the_scanner_reads_what_orjson_and_classify_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, utf8: bool, sft: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, utf8: bool, sft: bool, markers: tuple[str, ...]
 ) -> None:
     """Every batch (texts, ids, lines, sizes, UTF-8 bytes, rejects, input bytes) is the same with the
     scanner as with ``classify`` alone, on tricky and on random lines, small batches, short reads and a long
-    document."""
+    document; with markers that start alike (searched in one pass) or not."""
     monkeypatch.setattr(reader, "LONG_CHARS", 4000)
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join([*TRICKY, *corpus(0), *TRICKY]))
-    settings = RecordSettings(markers=("<<<|user|>>>",), sft=sft)
+    settings = RecordSettings(markers=markers, sft=sft)
     taken: list[int] = []
 
     def counted(*args: object) -> tuple[object, ...]:
