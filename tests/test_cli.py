@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
+from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,6 +53,21 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(indexed_dataset, "IndexedDataset", broken)
     with pytest.raises(KeyError, match="a bug"):
         cli.main(["info", "x"])
+
+
+def test_a_quick_exit_command_ends_its_process_with_its_output_written(tmp_path: Path) -> None:
+    """``tokenize`` (``quick_exit``) run as the process's command skips the interpreter's teardown: its
+    files, its log and its status are there all the same, and a failure exits as usual."""
+    model = byte_level_bpe(tmp_path, ["some plain text, and more of it"] * 20)
+    shard = write_jsonl(tmp_path / "in.jsonl", [{"text": "some text"}] * 3)
+    command = [sys.executable, "-m", "workflow_scripts", "tokenize", "--tokenizer-model", str(model)]
+    command += ["--output-prefix", str(tmp_path / "out")]
+    done = subprocess.run([*command, "--input", str(shard)], capture_output=True, text=True, cwd=REPO)
+    assert cli.COMMANDS["tokenize"].quick_exit and done.returncode == 0, done.stderr
+    assert "3 in, 3 out, 0 rejected" in done.stderr
+    assert orjson.loads((tmp_path / "out_text_document.stats.json").read_bytes())["docs_out"] == 3
+    missing = subprocess.run([*command, "--input", "missing.jsonl"], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and "snakepack tokenize: error:" in missing.stderr
 
 
 def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,6 @@ import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from importlib import metadata
 from typing import Any, ClassVar
 
 import numpy as np
@@ -153,6 +152,8 @@ class Engine(abc.ABC):
         it gives its ids on the probe, else None and why. A tokenizer that passed is remembered on disk (per
         engine, tokenizers and Unicode version, and the probe's texts), with its suspect tokens: a later
         start (every other shard's job) skips the probe."""
+        from importlib import metadata  # here, not before ``prebuild``: it takes 15 ms to import
+
         try:
             version = metadata.version(cls.library)
         except metadata.PackageNotFoundError:
@@ -296,7 +297,9 @@ def _loading(cls: type[Engine], json: str, backend: Any, threads: int) -> Future
             except BaseException as exc:  # the caller sees it where it waits
                 future.set_exception(exc)
 
-        threading.Thread(target=build, name=f"{cls.library}-build", daemon=True).start()
+        # not a daemon: a command that fails meanwhile waits for it, as the interpreter must not stop a
+        # thread in the library's code (it aborts the process)
+        threading.Thread(target=build, name=f"{cls.library}-build").start()
         _LOADED[key] = future
     return _LOADED[key]
 
@@ -386,6 +389,8 @@ def passed_name(engine: str, json: str, texts: Sequence[str]) -> str:
     tokenizer ``json``, under this ``tokenizers`` library and Unicode database."""
     digest = hashlib.sha256(json.encode())
     digest.update("\0".join(texts).encode("utf-8", "surrogatepass"))
+    from importlib import metadata
+
     versions = f"{engine.replace(' ', '-')}-tokenizers-{metadata.version('tokenizers')}"
     return f"byte-engine-{versions}-unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:32]}"
 

@@ -23,7 +23,6 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -70,6 +69,8 @@ class SpEngine:
             import gigatoken
         except ImportError:
             return None, "gigatoken is not installed"
+        from importlib import metadata  # here: a byte-level run never needs it (15 ms to import)
+
         version = metadata.version("gigatoken")
         versions = f"gigatoken-{version}-sentencepiece-{metadata.version('sentencepiece')}"
         passed = f"{versions}-{hashlib.sha256(model).hexdigest()[:32]}.json"
