@@ -72,6 +72,18 @@ def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer, name:
     assert tok.engine is None  # only inside the block
 
 
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_fastokens_takes_a_batch_a_thread(tok: HFTokenizer, name: str) -> None:
+    """fastokens encodes each call on one thread, so the tokenize command encodes as many batches at once as
+    it has threads; gigatoken, the memo and the library take the threads in one call."""
+    assert tok.concurrent_calls(3) == 1
+    with tok.fast_encoding(True, 3, 0, 0, name):
+        assert tok.concurrent_calls(3) == (3 if name == "fastokens" else 1)
+        if name == "fastokens":
+            assert os.environ["FASTOKENS_BPE_THREADS"] == "1"  # read once, at its first encode
+    assert tok.concurrent_calls(3) == 1
+
+
 def test_the_librarys_pool_gets_the_threads_asked_for(
     tok: HFTokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -234,3 +234,33 @@ def test_prefetch_reads_further_ahead_until_the_first_item_is_taken() -> None:
     assert next(stream) == 0 and settled(6)  # 5 queued (one taken now) and one in hand
     assert [next(stream) for _ in range(3)] == [1, 2, 3] and settled(7)  # down to depth: 2 queued + 1
     assert list(stream) == list(range(4, 100))
+
+
+def test_in_order_gives_every_result_in_order_with_few_under_way() -> None:
+    """Results come in the items' order whichever thread finishes first; at most ``threads + 1`` items are
+    taken ahead of the caller; a failure re-raises at its place; closing it closes the items."""
+    taken: list[int] = []
+    closed: list[bool] = []
+
+    def items(n: int) -> Iterator[int]:
+        try:
+            for i in range(n):
+                taken.append(i)
+                yield i
+        finally:
+            closed.append(True)
+
+    def slow_evens(i: int) -> int:
+        time.sleep(0.02 if i % 2 == 0 else 0)
+        if i == 7:
+            raise ValueError("seven")
+        return i * i
+
+    stream = reader.in_order(slow_evens, items(7), 2)
+    assert next(stream) == 0 and len(taken) == 3  # the one given and two under way
+    assert list(stream) == [i * i for i in range(1, 7)] and closed == [True]
+    del taken[:]
+    failing = reader.in_order(slow_evens, items(20), 3)
+    with pytest.raises(ValueError, match="seven"):
+        list(failing)
+    assert closed == [True, True] and len(taken) <= 7 + 1 + 3  # no further than 3 past the failure

@@ -30,18 +30,21 @@ from the model is an error, where SentencePiece's ``piece_to_id`` would silently
 in pretraining mode the markers are only searched for.
 
 Speed: a reader thread parses JSON into batches of about ``--batch-mb`` MB of text (``reader``: most lines by
-a compiled scanner, without the GIL), an encoder thread encodes the previous batch with SentencePiece's
-batched ``encode(..., num_threads=workers)`` (which releases the GIL; a byte-level tokenizer:
-``hf_tokenizer``'s engine, fed the reader's strings or UTF-8 bytes, and in pretraining nothing else: the main
-thread checks its ids, ``HFTokenizer.finish``, and puts the template's tokens around each document's with BOS
-and EOD in one compiled pass, ``framing.frame``) and the main thread writes the one before. With
-``--fast-encode`` (the default) the batch of a SentencePiece model goes through gigatoken instead
-(``sp_engine.SpEngine``, ``--engine auto``) where it gives SentencePiece's ids, else through
-``fast_encode.FastEncoder``: one compiled memo of word-like units, each distinct unit encoded once (by
-SentencePiece with ``workers`` threads) and looked up afterwards (the same ids; the stats' ``fast_encode``
-gives the engine, the memo's hit rate and size, or why the model needs SentencePiece for every text). Memory
-is bounded by six batches (two read and two encoded ahead; while the encoder starts, the reader may read up to
-64 MB of text ahead) plus the index arrays (12 bytes per document), whatever the shard size (and by
+a compiled scanner, without the GIL), an encoder thread encodes the next batch with SentencePiece's batched
+``encode(..., num_threads=workers)`` (which releases the GIL) while the main thread writes the one before. A
+byte-level tokenizer's engine (``hf_tokenizer``) is fed the reader's strings or UTF-8 bytes and, in
+pretraining, does nothing else: the main thread checks its ids (``HFTokenizer.finish``) and puts the
+template's tokens around each document's with BOS and EOD in one compiled pass (``framing.frame``).
+fastokens encodes a call on one thread, so ``workers`` encoder threads each encode a batch at once
+(``HFTokenizer.concurrent_calls``); its build starts from the tokenizer.json before the ``tokenizers``
+library reads it (``byte_engine.prebuild``). With ``--fast-encode`` (the default) the batch of a
+SentencePiece model goes through gigatoken instead (``sp_engine.SpEngine``, ``--engine auto``) where it gives
+SentencePiece's ids, else through ``fast_encode.FastEncoder``: one compiled memo of word-like units, each
+distinct unit encoded once (by SentencePiece with ``workers`` threads) and looked up afterwards (the same
+ids; the stats' ``fast_encode`` gives the engine, the memo's hit rate and size, or why the model needs
+SentencePiece for every text). Memory is bounded by ``4 + encoder threads`` batches (one being read, two read
+ahead, one in each encoder thread, one being written; while the encoder starts, the reader may read up to 64
+MB of text ahead) plus the index arrays (12 bytes per document), whatever the shard size (and by
 ``--memo-entries`` on the fast path). SentencePiece needs about 50 bytes a character, so a document over 4 Mi
 characters is encoded piece by piece, cut where SentencePiece starts a unit anyway (a space after a
 non-space), which gives the same ids as the whole; a run of 4 Mi characters without such a space is cut where
@@ -55,12 +58,12 @@ resolved per-record settings, SFT encoding and ``[BOS] tokens [EOD]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import itertools
 import os
 import sys
 from collections import Counter
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -76,7 +79,7 @@ from workflow_scripts.tokens import byte_engine, kinds
 from workflow_scripts.tokens.fast_encode import FastEncoder
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
 from workflow_scripts.tokens.kinds import TokenizerFiles
-from workflow_scripts.tokens.reader import REASONS, Batch, Reject, pop_long, prefetch, read_batches
+from workflow_scripts.tokens.reader import REASONS, Batch, Reject, in_order, pop_long, prefetch, read_batches
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter
 
@@ -132,7 +135,9 @@ def tokenize_file(
         eod = [] if settings.eod_id is None else [settings.eod_id]
         reading = read_batches(input_path, settings, batch_bytes, tokenizer.reads_utf8)
         batches = prefetch(reading, early=START_READ_AHEAD // batch_bytes)
-        for batch, long, ids in prefetch(encoded(batches, tokenizer, splitter, settings, workers)):
+        calls = tokenizer.concurrent_calls(workers)  # batches encoded at once, on workers // calls threads
+        encode = functools.partial(encode_batch, tokenizer, splitter, settings, workers // calls)
+        for batch, long, ids in in_order(encode, batches, calls):
             flat, lengths, routed = ids.ids, ids.lengths, ids.routed
             template: tuple[list[int], list[int]] = ([], [])  # the post-processor's, not in ``flat`` yet
             if not ids.final:  # a byte-level engine's ids (``encode_raw``), made final here
@@ -223,31 +228,27 @@ class BatchIds:
     final: bool = True
 
 
-def encoded(
-    batches: Generator[Batch, None, None],
+def encode_batch(
     tokenizer: AnyTokenizer,
     splitter: MarkerSplitter | None,
     settings: RecordSettings,
-    workers: int,
-) -> Generator[tuple[Batch, tuple[str, int, Any, int] | None, BatchIds], None, None]:
-    """Each batch with its long document taken out (pretraining) and its ids; run in a thread of its own by
-    ``prefetch``, so the next batch encodes while this one is written. A byte-level engine's ids are not
-    final: the caller finishes them beside the next batch's encoding."""
-    with contextlib.closing(batches):
-        for batch in batches:
-            long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
-            utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
-            raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, workers, utf8)
-            if raw is not None:  # finished by the caller, while the next batch encodes
-                yield batch, long, BatchIds(*raw, final=False)
-            elif splitter is not None:
-                flat, lengths, routed = encode_sft(
-                    tokenizer, splitter, settings.marker_ids, batch.texts, workers
-                )
-                yield batch, long, BatchIds(flat, lengths, routed)
-            else:  # SentencePiece, or the tokenizers library (it reads the strings)
-                flat, lengths = tokenizer.encode_flat(batch.texts, workers)
-                yield batch, long, BatchIds(flat, lengths, tokenizer.last_routed)
+    threads: int,
+    batch: Batch,
+) -> tuple[Batch, tuple[str, int, Any, int] | None, BatchIds]:
+    """The batch with its long document taken out (pretraining) and its ids, encoded on ``threads`` threads;
+    run by ``in_order``'s threads, so that the next batches encode while this one is written. A byte-level
+    engine's ids are not final: the caller finishes them beside the next batches' encoding."""
+    long = pop_long(batch) if splitter is None else None  # a batch ends with its long document
+    utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
+    raw = None if splitter is not None else tokenizer.encode_raw(batch.texts, threads, utf8)
+    if raw is not None:  # finished by the caller
+        return batch, long, BatchIds(*raw, final=False)
+    if splitter is not None:
+        flat, lengths, routed = encode_sft(tokenizer, splitter, settings.marker_ids, batch.texts, threads)
+        return batch, long, BatchIds(flat, lengths, routed)
+    # SentencePiece, or the tokenizers library (it reads the strings)
+    flat, lengths = tokenizer.encode_flat(batch.texts, threads)
+    return batch, long, BatchIds(flat, lengths, tokenizer.last_routed)
 
 
 def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:

@@ -281,6 +281,11 @@ class HFTokenizer:
         raw = self.encode_raw(texts, threads, utf8)
         return self._library_flat(texts, specials) if raw is None else self.finish(texts, *raw, specials)
 
+    def concurrent_calls(self, threads: int) -> int:
+        """How many batches to encode at once on ``threads`` threads: ``threads`` where the engine encodes a
+        call on one thread (fastokens), else 1 (the engine, the memo or the library use the threads)."""
+        return threads if self.engine is not None and self.engine.one_thread_per_call else 1
+
     def encode_raw(
         self, texts: Sequence[str], threads: int, utf8: tuple[bytes, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:

@@ -6,10 +6,12 @@ are every reject reason of the stage, in the order of its stats."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
@@ -38,6 +40,7 @@ REASONS = (
 BLOCK = 1 << 20  # input bytes read at a time
 SCAN_BYTES = 1 << 18  # text bytes one scan takes at most: it holds the GIL while it makes their strings
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,27 @@ def joined(batch: Batch, utf8: bool) -> Batch:
     if utf8:
         batch.utf8 = [b"".join(batch.utf8)]
     return batch
+
+
+def in_order(fn: Callable[[T], R], items: Generator[T, None, None], threads: int) -> Generator[R, None, None]:
+    """``fn`` of each item, in order, computed by ``threads`` threads while the caller takes the results: at
+    most ``threads + 1`` items are under way. Closing it (or an exception) closes ``items``, cancels what has
+    not started and waits for what has."""
+    pending: collections.deque[Future[R]] = collections.deque()
+    with (
+        contextlib.closing(items),
+        ThreadPoolExecutor(threads, thread_name_prefix="tokenize-encoder") as pool,
+    ):
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def prefetch(items: Generator[T, None, None], depth: int = 2, early: int = 0) -> Generator[T, None, None]:

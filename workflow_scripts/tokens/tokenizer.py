@@ -220,6 +220,10 @@ class Tokenizer:
         for piece in self.pieces(text, LONG_CHARS):
             yield np.asarray(self.sp.encode(piece), np.int32)
 
+    def concurrent_calls(self, threads: int) -> int:
+        """1: SentencePiece encodes a batch on ``threads`` threads itself."""
+        return 1
+
     def encode_raw(self, texts: Sequence[str], threads: int, utf8: object = None) -> None:
         """None: SentencePiece's ids need no finishing apart (``hf_tokenizer``'s do); ``encode_flat``."""
         return None
