@@ -267,8 +267,8 @@ def test_every_engine_writes_the_same_files_and_counts_the_bytes(
     routed = [n for n, t in enumerate(sample[:-1], start=1) if has_unassigned(t)]  # the long one: the library
     assert routed
     for engine in ("fastokens", "gigatoken", "memo"):
-        stats = encode.tokenize_file(
-            str(path), str(tmp_path / engine), tok, settings, engine=engine, batch_bytes=900
+        stats = encode.tokenize_file(  # fastokens: 3 batches at once
+            str(path), str(tmp_path / engine), tok, settings, engine=engine, batch_bytes=900, workers=3
         )
         assert stats["docs_out"] == len(sample) and stats["bytes"] == sizes, engine
         assert stats["fast_encode"]["engine"].startswith(engine if engine != "memo" else "tokenizers"), stats
@@ -306,3 +306,28 @@ def test_an_engine_frames_and_rejects_as_the_library_does(tok: HFTokenizer, tmp_
     for d, text in enumerate(kept):
         ids = tok.backend.encode(text).ids
         assert ds.document(d).tolist() == [0, *ids, settings.eod_id]
+
+
+def test_sft_batches_encoded_at_once_give_the_librarys_files(tok: HFTokenizer, tmp_path: Path) -> None:
+    """SFT records through fastokens, a batch a thread on 3 threads at once, give the files of the library
+    on one thread, and the records with a span left to the library are each thread's own (``last_routed``
+    is per thread)."""
+    from workflow_scripts.tokens import encode
+    from workflow_scripts.tokens.framing import resolve_settings
+
+    user, bot = "<<<|user|>>>", "<<<|assistant|>>>"
+    sample = [t for t in texts(11, 150) if t.strip()]
+    pairs = list(zip(sample[::2], sample[1::2], strict=False))
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": f"{user}{a}{bot}{b}"} for a, b in pairs])
+    settings = resolve_settings(tok, eod="auto", sft=True, sft_markers=[f"{user}=id:1", f"{bot}=id:2"])
+    files, stats = {}, {}
+    for fast, workers in ((True, 3), (False, 1)):
+        prefix = tmp_path / f"fast{fast}"
+        stats[fast] = encode.tokenize_file(
+            str(path), str(prefix), tok, settings, fast_encode=fast, workers=workers, batch_bytes=700
+        )
+        files[fast] = [Path(f"{prefix}_text_document{e}").read_bytes() for e in (".bin", ".idx")]
+    assert files[True] == files[False] and stats[True]["docs_out"] == len(pairs)
+    routed = [n for n, (a, b) in enumerate(pairs, start=1) if has_unassigned(a) or has_unassigned(b)]
+    assert stats[True]["fast_encode"]["engine"].startswith("fastokens")
+    assert stats[True]["fast_encode"]["routed_lines"] == routed[: encode.ROUTED_LINES] and routed

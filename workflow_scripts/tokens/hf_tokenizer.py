@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -68,7 +69,8 @@ class HFTokenizer:
         self.engine_note = "turned off"
         self.memo: ByteMemo | None = None  # the unit memo, inside ``fast_encoding`` where it is exact
         self.memo_note = "turned off"
-        self.last_routed: list[int] = []  # texts the last ``finish`` (``encode_flat``) left to the library
+        self._routed = threading.local()  # ``last_routed``, per thread
+        self._counting = threading.Lock()  # ``unsafe_cuts``
 
     @classmethod
     def gpt2(cls, vocab: str, merges: str) -> HFTokenizer:
@@ -238,6 +240,16 @@ class HFTokenizer:
         return self.backend.decode(list(ids))
 
     @property
+    def last_routed(self) -> list[int]:
+        """The texts (indices) the last ``finish`` (``encode_flat``) of this thread left to the library: the
+        tokenize command encodes batches in several threads at once (``concurrent_calls``)."""
+        return getattr(self._routed, "texts", [])
+
+    @last_routed.setter
+    def last_routed(self, texts: list[int]) -> None:
+        self._routed.texts = texts
+
+    @property
     def bos(self) -> int | None:
         """The token the post-processor puts before a text (a template's BOS), if any."""
         return self.specials[0][0] if self.specials[0] else None
@@ -261,7 +273,8 @@ class HFTokenizer:
         yield np.asarray(before, np.int32)
         for piece, safe in self._cuts(text, LONG_CHARS):
             if safe is not None and not (safe and self.splits_safely):
-                self.unsafe_cuts += 1
+                with self._counting:
+                    self.unsafe_cuts += 1
             yield np.asarray(self.plain(piece), np.int32)
         yield np.asarray(after, np.int32)
 
