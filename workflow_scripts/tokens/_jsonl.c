@@ -2,14 +2,15 @@
  *
  * ``scan(block, start, line, key, markers, sft, limit, blob, long_bytes)`` reads the lines of ``block``
  * (whole lines) from offset ``start`` and takes each record it can vouch for: a line holding one JSON
- * object, valid in every part (strict UTF-8, no raw control character in a string, numbers of at most 18
- * digits and no exponent, nesting at most 64 deep, no escape in a member's name), whose ``key`` member
- * (once) is a string of at most ``long_bytes`` bytes holding a character that is not whitespace, and
- * whose ``id`` member (once, if any) is a string, an integer, true, false or null; with ``markers``, a text
- * holding one must be an SFT record (``sft``) and one holding none must not be. Such a record's text and
- * id are what orjson gives. A blank line (ASCII whitespace only) is skipped. Any other line stops the scan
- * before it, for the caller to read with orjson (which says what is wrong, or reads what this leaves
- * alone); so does having taken ``limit`` bytes of text or more.
+ * object, valid in every part (strict UTF-8: the text's checked by CPython's decoder as it makes the str,
+ * which leaves the line and those after it to the caller; no raw control character in a string, numbers
+ * of at most 18 digits and no exponent, nesting at most 64 deep, no escape in a member's name), whose
+ * ``key`` member (once) is a string of at most ``long_bytes`` bytes holding a character that is not
+ * whitespace, and whose ``id`` member (once, if any) is a string, an integer, true, false or null; with
+ * ``markers``, a text holding one must be an SFT record (``sft``) and one holding none must not be. Such a
+ * record's text and id are what orjson gives. A blank line (ASCII whitespace only) is skipped. Any other
+ * line stops the scan before it, for the caller to read with orjson (which says what is wrong, or reads what
+ * this leaves alone); so does having taken ``limit`` bytes of text or more.
  *
  * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob)``: where it stopped, the number of the
  * last line read, whether a line for the caller is there, the texts (str, each keeping its UTF-8: see
