@@ -1,8 +1,9 @@
 """The tokenize stage's reader: a jsonl shard (optionally .gz/.zst) parsed into batches of about
 ``batch_bytes`` of text, each with the records rejected while parsing it, read ahead in a background
-thread (``prefetch``) while the previous batch is encoded. The compiled scanner (``_jsonl.c``) reads the
-records it can vouch for (most of them) without the GIL; ``classify`` reads every other line. ``REASONS``
-are every reject reason of the stage, in the order of its stats."""
+thread (``prefetch``) while the previous batches are encoded (``in_order``: one a thread, results in
+order). The compiled scanner (``_jsonl.c``) reads the records it can vouch for (most of them) without the
+GIL; ``classify`` reads every other line. ``REASONS`` are every reject reason of the stage, in the order of
+its stats."""
 
 from __future__ import annotations
 
