@@ -23,7 +23,8 @@ from workflow_scripts.report import layout as report_layout
 from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 from workflow_scripts.train.chain import Chain, ChainError, Pack
-from workflow_scripts.train import checkpoint_dirs, hf_start, job_request
+from workflow_scripts.train import checkpoint_dirs, job_request
+from workflow_scripts.train.hf import start as hf_start
 from workflow_scripts.train.settings import TrainSettings, trained_keys
 
 use_this_interpreter(workflow.basedir)

@@ -43,9 +43,9 @@ from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import lint, summary
 from workflow_scripts.train.lint import dest_of, flag_of
-from workflow_scripts.train.model_tokenizer import TRAINER_TOKENIZERS, trainer_eod
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.sft import sft_train_iters
+from workflow_scripts.train.trainer_tokenizers import TRAINER_TOKENIZERS, trainer_eod
 
 if TYPE_CHECKING:
     pass
@@ -110,8 +110,8 @@ def _number(value: Any) -> Any:
 def hf_model_keys(base: dict[str, Any], hf_dir: str, base_path: str, seq_length: int) -> dict[str, Any]:
     """GPT-NeoX's model keys of ``train.init_from.hf``'s ``config.json``; a key the base config sets to
     another value is an error naming both."""
-    from workflow_scripts.train import hf_config
-    from workflow_scripts.train.hf_start import read_config
+    from workflow_scripts.train.hf import config as hf_config
+    from workflow_scripts.train.hf.start import read_config
 
     try:
         model = hf_config.neox_model_keys(read_config(hf_dir))

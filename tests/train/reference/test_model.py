@@ -1,4 +1,4 @@
-"""The reference trainer's model against ``transformers``: on the same weights (mapped by train/hf_layout)
+"""The reference trainer's model against ``transformers``: on the same weights (mapped by train/hf/layout)
 its logits equal LlamaForCausalLM's, with grouped-query attention or without, tied or untied."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tests.utils import tiny_llama
-from workflow_scripts.train import hf_config, hf_layout
+from workflow_scripts.train.hf import config as hf_config
+from workflow_scripts.train.hf import layout as hf_layout
 from workflow_scripts.train.reference.config import model_config
 from workflow_scripts.train.reference.model import GPT
 

@@ -34,7 +34,8 @@ from tests.train.reference.conftest import (
 from tests.utils import REPO, build_dataset, hf_folder, tail
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.datapacks.iterations import neox_samples
-from workflow_scripts.train import finetune, hf_config, sft
+from workflow_scripts.train import finetune, sft
+from workflow_scripts.train.hf import config as hf_config
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")

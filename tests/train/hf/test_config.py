@@ -1,11 +1,11 @@
-"""A Hugging Face LLaMA config.json as GPT-NeoX's model keys (train/hf_config)."""
+"""A Hugging Face LLaMA config.json as GPT-NeoX's model keys (train/hf/config)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.utils import tiny_llama
-from workflow_scripts.train import hf_config
+from workflow_scripts.train.hf import config as hf_config
 
 
 def test_the_models_keys_are_gpt_neox_s():

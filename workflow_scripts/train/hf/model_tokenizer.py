@@ -3,7 +3,7 @@
 A Hugging Face folder's tokenizer (``tokenizer.model``, ``tokenizer.json`` or GPT-2's ``vocab.json``; the
 file of the data tokenizer's kind first) must give every id of the data's tokenizer (any kind) the same
 piece, its ``vocab_size`` must hold them all (GPT-NeoX pads the data's count up), and its ``eos_token_id``
-must be the end of document GPT-NeoX takes with the data's tokenizer (``trainer_eod``).
+must be the end of document GPT-NeoX takes with the data's tokenizer (train/trainer_tokenizers).
 Continued pretraining on data tokenized otherwise trains on the wrong embeddings without a single error;
 here it stops the plan, naming both tokenizers.
 """
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.train.trainer_tokenizers import EOD_PIECE, trainer_eod
 
 if TYPE_CHECKING:
     from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
 
-EOD_PIECE = "<|endoftext|>"
 SHOWN = 5  # differing ids named in the message
 
 
@@ -39,31 +39,6 @@ class DataTokenizer:
 def padded(size: int, multiple: int) -> int:
     """GPT-NeoX's padded vocabulary: the next multiple of ``make_vocab_size_divisible_by`` x TP."""
     return int(math.ceil(size / multiple) * multiple)
-
-
-TRAINER_TOKENIZERS = {  # (tokenizer kind, trainer) -> the trainer's tokenizer_type
-    ("sentencepiece", "neox"): "SPMTokenizer",
-    ("hf", "neox"): "HFTokenizer",
-    ("gpt2", "neox"): "GPT2BPETokenizer",
-    ("sentencepiece", "megatron"): "GPTSentencePieceTokenizer",
-    ("hf", "megatron"): "HuggingFaceTokenizer",
-    ("gpt2", "megatron"): "GPT2BPETokenizer",
-}
-
-
-def trainer_eod(tok: AnyTokenizer, trainer: str) -> tuple[int | None, str]:
-    """The EOD id ``trainer`` takes with ``tok`` and its rule: GPT-NeoX's tokenizers take
-    ``<|endoftext|>`` (SentencePiece's ``piece_to_id`` gives ``<unk>`` without it); Megatron-LM's take the
-    model's EOS (SentencePiece), the folder's ``eos_token`` (``HuggingFaceTokenizer``) or GPT-2's
-    ``<|endoftext|>``."""
-    if tok.kind == "sentencepiece" and trainer == "neox":
-        return tok.sp.piece_to_id(EOD_PIECE), f"piece_to_id('{EOD_PIECE}')"
-    if tok.kind == "sentencepiece":
-        return tok.sp.eos_id(), "the model's EOS"
-    if trainer == "neox" or tok.kind == "gpt2":
-        return tok.backend.token_to_id(EOD_PIECE), f"token_to_id('{EOD_PIECE}')"
-    eos = tok.eos_token()
-    return (None if eos is None else tok.backend.token_to_id(eos)), f"eos_token {eos!r}"
 
 
 FOLDER_FILES = {  # the data tokenizer's kind -> a Hugging Face folder's tokenizer files, in preference order

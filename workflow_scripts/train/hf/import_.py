@@ -5,14 +5,14 @@ Usage::
     snakepack hf-import --hf DIR --tokenizer-model MODEL --out CKPT/global_step0 --check import.json \\
         [--tokenizer-merges MERGES] [--tokenizer-type KIND] [--tp 1] [--pipe] [--divisible-by 128]
 
-Reads ``config.json`` and the safetensors (one file or an index), tensor by tensor (train/hf_layout), and
+Reads ``config.json`` and the safetensors (one file or an index), tensor by tensor (train/hf/layout), and
 writes GPT-NeoX's layout for tensor parallel size ``--tp``: ``mp_rank_XX_model_states.pt`` holding each
 rank's weights (``pipe_parallel_size: 0``), or with ``--pipe`` one ``layer_II-model_XX-model_states.pt``
 per layer and rank (``pipe_parallel_size`` >= 1). The run starts from it as from any ``finetune_from``
 checkpoint (train/finetune: the link and the tracker). The vocabulary is padded
 as GPT-NeoX pads the data tokenizer's (``make_vocab_size_divisible_by`` x TP).
 
-Before writing it checks that the model's tokenizer is the data's (train/model_tokenizer); after writing,
+Before writing it checks that the model's tokenizer is the data's (train/hf/model_tokenizer); after writing,
 the same tokens go through the Hugging Face model and through the reference model on the written weights,
 and ``--check`` records the largest absolute and relative logit difference; over tolerance it fails.
 """
@@ -29,9 +29,9 @@ import torch
 
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.tokens import kinds
-from workflow_scripts.train import hf_config, hf_layout, model_tokenizer
-from workflow_scripts.train.hf_start import ModelImportError, read_config
-from workflow_scripts.train.logit_check import (
+from workflow_scripts.train.hf import config as hf_config
+from workflow_scripts.train.hf import layout, model_tokenizer
+from workflow_scripts.train.hf.logit_check import (
     CHECK_TOKENS,
     TOLERANCE,
     check_tokens,
@@ -40,6 +40,7 @@ from workflow_scripts.train.logit_check import (
     reference_logits,
     within,
 )
+from workflow_scripts.train.hf.start import ModelImportError, read_config
 
 
 def tensor_reader(hf_dir: str) -> Callable[[str], torch.Tensor]:
@@ -83,14 +84,14 @@ def _save(obj: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
-def write_checkpoint(get: Callable[[str], torch.Tensor], shape: hf_layout.Shape, out: str, pipe: bool) -> int:
+def write_checkpoint(get: Callable[[str], torch.Tensor], shape: layout.Shape, out: str, pipe: bool) -> int:
     """Write every rank's tensors into ``out`` (GPT-NeoX's sequential or pipeline files); the tensor count."""
     os.makedirs(out, exist_ok=True)
     count = 0
     for r in range(shape.tp):
         state: dict[str, torch.Tensor] = {}
         layer, current = None, {}
-        for name, tensor in hf_layout.to_neox(get, shape, r):
+        for name, tensor in layout.to_neox(get, shape, r):
             count += 1
             if not pipe:
                 state[name] = tensor
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = model_tokenizer.match(args.hf, config, kinds.from_args(args))
     padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
     try:
-        shape, keys = hf_layout.shape_of(config, padded, args.tp), hf_config.neox_model_keys(config)
+        shape, keys = layout.shape_of(config, padded, args.tp), hf_config.neox_model_keys(config)
     except hf_config.UnsupportedModel as error:
         raise ModelImportError(f"{args.hf}/config.json: {error}") from None
     if not data.vocab_size <= shape.vocab_size <= padded:

@@ -5,7 +5,7 @@
 ``finetune: true``, retention) treats it as seed 003's ``finetune_from``. Refused before any job: no folder
 or ``config.json``, ``finetune_from`` as well, or Megatron-LM as the trainer (its pinned ``tools/checkpoint``
 has no LLaMA loader from Hugging Face nor a GPT saver to it). The model's tokenizer is compared with the
-data's (train/model_tokenizer) as soon as the data's exists.
+data's (train/hf/model_tokenizer) as soon as the data's exists.
 
 ``train.export`` names what goes back out: every pack's last checkpoint and named milestones, as folders
 ``export/{pack}`` and ``export/step{N}``.
@@ -80,7 +80,7 @@ def import_args(base_path: str) -> str:
 def check_tokenizer(hf_dir: str, data: TokenizerFiles) -> None:
     """Stop the plan when the model's tokenizer is not the data's (nothing to compare yet: no check)."""
     if all(os.path.isfile(p) for p in data.paths):
-        from workflow_scripts.train import model_tokenizer
+        from workflow_scripts.train.hf import model_tokenizer
 
         model_tokenizer.match(hf_dir, read_config(hf_dir), data)
 

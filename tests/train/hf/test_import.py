@@ -12,7 +12,7 @@ import torch
 from tests.utils import byte_level_bpe, hf_folder, write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train.hf import layout as hf_layout
 
 
 def run_import(hf: Path, data_model: Path, out: Path, *extra: str) -> int:

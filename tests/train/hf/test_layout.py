@@ -1,4 +1,4 @@
-"""Hugging Face LLaMA weights <-> GPT-NeoX's (train/hf_layout): exact round trips at every tensor
+"""Hugging Face LLaMA weights <-> GPT-NeoX's (train/hf/layout): exact round trips at every tensor
 parallel size, the layout GPT-NeoX's attention reads, and configs that cannot carry over refused."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.utils import tiny_llama
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train.hf import layout as hf_layout
 
 
 def neox_ranks(hf: dict[str, torch.Tensor], shape: hf_layout.Shape) -> list[dict[str, torch.Tensor]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from workflow_scripts.train import hf_layout
+from workflow_scripts.train.hf import layout
 
 TOLERANCE = {"max_abs": 1e-3, "max_rel": 1e-3}  # fp32 logits of the same weights
 CHECK_TOKENS = 64
@@ -23,19 +23,19 @@ def check_tokens(vocab: int, n: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab, (2, n), generator=torch.Generator().manual_seed(seed))
 
 
-def neox_state(ckpt: str, shape: hf_layout.Shape) -> dict[str, torch.Tensor]:
+def neox_state(ckpt: str, shape: layout.Shape) -> dict[str, torch.Tensor]:
     """The checkpoint's weights as one rank (tensor-parallel ranks merged), under the sequential names."""
     from workflow_scripts.train.reference.checkpoints import neox_weights
 
     if shape.tp == 1:
         return neox_weights(ckpt, 0)
     ranks = [neox_weights(ckpt, r) for r in range(shape.tp)]
-    merged = dict(hf_layout.to_hf(lambda r, name: ranks[r][name], shape))
-    one = hf_layout.Shape(**{**shape.__dict__, "tp": 1})
-    return dict(hf_layout.to_neox(merged.__getitem__, one, 0))
+    merged = dict(layout.to_hf(lambda r, name: ranks[r][name], shape))
+    one = layout.Shape(**{**shape.__dict__, "tp": 1})
+    return dict(layout.to_neox(merged.__getitem__, one, 0))
 
 
-def reference_logits(ckpt: str, keys: dict[str, Any], shape: hf_layout.Shape, tokens: torch.Tensor):
+def reference_logits(ckpt: str, keys: dict[str, Any], shape: layout.Shape, tokens: torch.Tensor):
     """The reference model's logits (cut to the tokenizer's vocabulary) on the weights in ``ckpt``;
     ``keys``: the model's GPT-NeoX keys."""
     from workflow_scripts.train.reference.config import model_config

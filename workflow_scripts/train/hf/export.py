@@ -6,7 +6,7 @@ Usage::
         [--tokenizer-merges MERGES] [--tokenizer-type KIND] --out DIR --check DIR.json [--hf-source DIR] \\
         [--shard-mb 5000] [--vocab padded|model]
 
-Merges the tensor-parallel ranks (sequential or pipeline files) tensor by tensor (train/hf_layout) into
+Merges the tensor-parallel ranks (sequential or pipeline files) tensor by tensor (train/hf/layout) into
 ``model-0000k-of-0000K.safetensors`` shards of at most ``--shard-mb`` with ``model.safetensors.index.json``,
 and writes ``config.json`` (``LlamaForCausalLM``, from the pack config's model keys),
 ``generation_config.json`` and the tokenizer: the source model's tokenizer files (``--hf-source``:
@@ -38,9 +38,8 @@ import yaml
 
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.tokens import kinds
-from workflow_scripts.train import hf_layout, model_tokenizer
-from workflow_scripts.train.hf_start import NEOX_DEFAULTS, ModelImportError, read_config
-from workflow_scripts.train.logit_check import (
+from workflow_scripts.train.hf import layout, model_tokenizer
+from workflow_scripts.train.hf.logit_check import (
     CHECK_TOKENS,
     TOLERANCE,
     check_tokens,
@@ -49,6 +48,7 @@ from workflow_scripts.train.logit_check import (
     reference_logits,
     within,
 )
+from workflow_scripts.train.hf.start import NEOX_DEFAULTS, ModelImportError, read_config
 
 if TYPE_CHECKING:
     from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
@@ -199,7 +199,7 @@ def export(
         config = llama_config(cfg, vocab, tok.bos, eod)
     except ModelImportError as error:
         raise ModelImportError(f"{pack_config}: {error}") from None
-    shape = hf_layout.Shape(
+    shape = layout.Shape(
         cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.kv_heads, vocab, padded, cfg.tied, tp
     )
     staging = f"{out}.tmp"
@@ -214,7 +214,7 @@ def export(
             ranks[rank] = neox_weights(checkpoint, rank)  # memory-mapped
         return ranks[rank][name]
 
-    index = write_weights(hf_layout.to_hf(get, shape), staging, int(shard_mb * 1e6))
+    index = write_weights(layout.to_hf(get, shape), staging, int(shard_mb * 1e6))
     ranks.clear()
     write_json(os.path.join(staging, "config.json"), config)
     generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": eod}

@@ -1,4 +1,4 @@
-"""Our Hugging Face LLaMA <-> GPT-NeoX mapping (train/hf_layout) against GPT-NeoX's own converters, run on CPU
+"""Our Hugging Face LLaMA <-> GPT-NeoX mapping (train/hf/layout) against GPT-NeoX's own converters, run on CPU
 from ``../shared/trainers``' pinned sources (the ``trainers`` fixture, tests/trainers.py):
 
 - ``tools/ckpts/convert_hf_llama_to_neox.py`` of upstream GPT-NeoX and of the LUMI fork, at tensor parallel
@@ -34,7 +34,8 @@ from safetensors.torch import load_file
 
 from tests.trainers import Trainers
 from tests.utils import tail, tiny_llama
-from workflow_scripts.train import hf_config, hf_layout
+from workflow_scripts.train.hf import config as hf_config
+from workflow_scripts.train.hf import layout as hf_layout
 
 VOCAB = 128
 KV_HEADS = {"gqa": 2, "mha": 4}  # of 4 attention heads

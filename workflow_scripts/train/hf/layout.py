@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workflow_scripts.train.hf_config import neox_model_keys
+from workflow_scripts.train.hf.config import neox_model_keys
 
 Tensor = torch.Tensor
 

@@ -13,8 +13,9 @@ import yaml
 from tests.utils import hf_folder
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import hf_config, hf_layout
-from workflow_scripts.train.hf_start import read_config
+from workflow_scripts.train.hf import config as hf_config
+from workflow_scripts.train.hf import layout as hf_layout
+from workflow_scripts.train.hf.start import read_config
 
 
 def imported(tmp_path: Path, model: Path, tp: int, pipe: bool, **config) -> tuple[Path, Path, Path]:
