@@ -50,7 +50,9 @@ COMMANDS: dict[str, Command] = {
     "mixture": _c("datapacks.mixture", "a named mixture -> sampling probabilities and trainer paths"),
     "plan": _c("datapacks.plan_files", "the datapack plan: plan.json, plan.csv, plan.md"),
     "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
-    "train-config": _c("train.configs", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"),
+    "train-config": _c(
+        "train.configs.write", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"
+    ),
     "train-reference": _c("train.reference.train", "train one pack's GPT-NeoX config (torch + DeepSpeed)"),
     "hf-import": _c("train.hf.import_", "a Hugging Face LLaMA folder as a GPT-NeoX checkpoint to start from"),
     "hf-export": _c("train.hf.export", "a LLaMA-shaped GPT-NeoX checkpoint as a Hugging Face folder"),

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.train import configs, lint
+from workflow_scripts.train import lint
+from workflow_scripts.train.configs import megatron
+from workflow_scripts.train.configs.megatron import MEGATRON_NAMES, NEOX_ONLY
 
 
 def test_neox_dead_unknown_and_miscased_keys() -> None:
@@ -43,7 +45,7 @@ def test_megatron_flags(tmp_path: Path) -> None:
         "#    --ffn_hidden_size $FFN_HIDDEN_SIZE \\\n"
         "--ffn_hidden_size 20480\n--rampup-batch-size 16 16 5_000_000\n--override-opt-param-scheduler\n"
     )
-    parsed = configs.read_base(str(base), "megatron")
+    parsed = megatron.read_base(str(base))
     assert parsed["num_layers"] == 40 and parsed["rampup_batch_size"] == [16, 16, "5_000_000"]
     assert parsed["override_opt_param_scheduler"] is True and parsed["--ffn_hidden_size"] == 20480
     errors = lint.lint_megatron(parsed).errors
@@ -54,7 +56,7 @@ def test_megatron_flags(tmp_path: Path) -> None:
     assert (
         errors[1].startswith("--rampup-batch-size: a batch ramp-up changes the tokens") and len(errors) == 2
     )
-    assert configs.render_megatron({"override_opt_param_scheduler": True, "train_data_path": ["a", "b"]}) == (
+    assert megatron.render({"override_opt_param_scheduler": True, "train_data_path": ["a", "b"]}) == (
         "--override-opt_param-scheduler\n--train-data-path a b\n"
     )
 
@@ -87,7 +89,7 @@ def test_every_key_the_workflow_sets_is_the_trainers_own(trainer: str) -> None:
     if trainer == "neox":
         assert set(names) <= set(lint.trainer_keys("neox")["keys"])
     else:
-        megatron = {configs.MEGATRON_NAMES.get(n, n) for n in names} - set(configs.NEOX_ONLY)
+        megatron = {MEGATRON_NAMES.get(n, n) for n in names} - set(NEOX_ONLY)
         megatron -= {"keep_last_n_checkpoints", "warmup", "lr_decay_style", "override_lr_scheduler"}
         assert megatron | {
             "phase_transition_iterations",

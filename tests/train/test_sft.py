@@ -11,7 +11,8 @@ from tests.utils import build_dataset
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens.kinds import TokenizerFiles
-from workflow_scripts.train import configs, sft
+from workflow_scripts.train import sft
+from workflow_scripts.train.configs.write import write_pack_config
 from workflow_scripts.train.settings import TrainSettings
 
 
@@ -61,7 +62,7 @@ def test_sft_pack_configs_count_bins(tmp_path: Path, model: Path) -> None:
         lengths = IndexedDataset(p["merged_prefix"]).lengths
         expected.append(sft.sft_train_iters(lengths, 64, 4, 1234, 3))
     for name in ("sft_0", "sft_1"):
-        configs.write_pack_config(
+        write_pack_config(
             plan,
             signature,
             name,

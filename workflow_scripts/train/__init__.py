@@ -1,6 +1,19 @@
-"""Stage 7, train: per-pack trainer configs from the plan (``configs``, checked by ``lint``; ``summary``), the
-training chain as data (``chain``: segments, evaluations, retention), each segment a resumable Slurm job
-(``segment``, ``checkpoint_eval``, ``retention``, ``finished``, ``curve``; ``detach`` submits the chain as
-sbatch jobs; ``status`` shows where it stands), and a reference torch + DeepSpeed trainer (``reference``).
-Reads ``plan.json`` and ``merged/``; writes the train tree of ``core/train_layout.py``.
+"""Stage 7, train: per-pack trainer configs from the plan, the training chain run as resumable Slurm segments,
+models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``; writes the train tree of
+``core/train_layout.py``. Rooms and modules:
+
+- ``configs/``: each pack's trainer config (``snakepack train-config``), one module per trainer,
+- ``lint``: a config against the trainer's own keys (``trainer_keys/``); ``summary``: the packs' table,
+- ``trainer_tokenizers``: each trainer's tokenizer class for the data's tokenizer, and the EOD it takes,
+- ``sft``: SFT packs' iterations counted in ``k_bin_packed`` bins,
+- ``settings``: the ``train`` section, typed; ``job_request``: what a training job asks Slurm for,
+- ``chain``: the training chain as data (packs, segments, evaluations, retention), read by the rules,
+- ``segment``: one segment as a Slurm job and its record; ``checkpoint_dirs``: the run's checkpoint folder;
+  ``finetune``: a start from a checkpoint; ``progress_lines``: the trainers' printed losses,
+- ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
+  pack's end, the loss curve,
+- ``detach``: the chain as sbatch jobs; ``slurm``: what Slurm says about jobs; ``status``: where the training
+  stands,
+- ``hf/``: Hugging Face models in and out (``train.init_from.hf``, ``train.export``),
+- ``reference/``: the reference torch + DeepSpeed trainer (``snakepack train-reference``).
 """

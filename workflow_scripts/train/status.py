@@ -31,7 +31,7 @@ from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.train import checkpoint_dirs, progress_lines, slurm
-from workflow_scripts.train.configs import cadence_of
+from workflow_scripts.train.configs.keys import cadence_of
 from workflow_scripts.train.settings import TrainSettings
 
 

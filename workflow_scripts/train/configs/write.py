@@ -1,0 +1,134 @@
+"""Per-pack trainer configs: the user's base config + the keys computed from the plan + phase overrides.
+
+Usage::
+
+    snakepack train-config --plan plan.json --signature signature.json --base BASE --pack P \\
+        --tokenizer-model M.model --out-dir results/train [train settings...]
+
+writes ``{out}/{P}/{P}.yml`` (GPT-NeoX: ``neox``) or ``{out}/{P}/{P}.args`` (Megatron-LM, one ``--flag value``
+a line: ``megatron``) and the pack's keys file (core/train_layout.py), which lists every key the workflow set
+(``keys``), its value and why. The base config is checked first (``checks``) and the result linted against
+the trainer's own keys (train/lint); an SFT pack's iterations count bins (train/sft).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.train_layout import TrainLayout
+from workflow_scripts.tokens import kinds
+from workflow_scripts.tokens.kinds import TokenizerFiles
+from workflow_scripts.train import lint, summary
+from workflow_scripts.train.configs import megatron, neox
+from workflow_scripts.train.configs.checks import ConfigError, check_base, check_eod
+from workflow_scripts.train.configs.keys import pack_keys
+from workflow_scripts.train.settings import TrainSettings
+from workflow_scripts.train.sft import sft_plan
+
+
+def write_pack_config(
+    plan: dict[str, Any],
+    signature: dict[str, Any],
+    pack_name: str,
+    base_path: str,
+    train: TrainSettings,
+    tokenizer: TokenizerFiles,
+    out_dir: str,
+    checkpoints: str,
+    seed: int,
+    sft: bool = False,
+) -> dict[str, Any]:
+    """Check and write one pack's config and its keys file; return the summary row."""
+    if sft:
+        plan = sft_plan(plan, plan["seq_length"], plan["global_batch_size"], seed, train.sft_epochs)
+    names = [p["name"] for p in plan["packs"]]
+    if pack_name not in names:
+        raise ConfigError(f"pack {pack_name} is not in the plan (packs: {', '.join(names)})")
+    index = names.index(pack_name)
+    base = (neox if train.trainer == "neox" else megatron).read_base(base_path)
+    layout = check_base(base, plan, train, base_path)
+    eod = check_eod(signature, tokenizer, train.trainer)
+    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed)
+    if train.init_hf:
+        for key, value in neox.hf_model_keys(base, train.init_hf, base_path, plan["seq_length"]).items():
+            keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
+    replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
+    paths = TrainLayout(out_dir.rstrip("/"))
+    path = paths.config(pack_name, ".yml" if train.trainer == "neox" else ".args")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if train.trainer == "neox":
+        final = neox.pack_config(base, keys)
+        findings = lint.lint_neox(final)
+        text = neox.render(final)
+    else:
+        final = megatron.arguments(base, keys, train, plan, tokenizer)
+        findings = lint.lint_megatron(final)
+        text = megatron.render(final)
+    if findings.errors:
+        raise ConfigError(
+            f"{base_path} -> {pack_name}: {len(findings.errors)} problem(s) for {train.trainer}: "
+            + "; ".join(findings.errors)
+        )
+    for warning in findings.warnings:
+        print(f"warning: {pack_name}: {warning}", file=sys.stderr)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    pack = plan["packs"][index]
+    row = summary.row(pack, keys.values, train, layout, path)
+    write_json(
+        paths.keys(pack_name),
+        {
+            "config": path,
+            "base": base_path,
+            "trainer": train.trainer,
+            "eod_id": eod,
+            "layout": layout,
+            "set": {k: {"value": v, "why": keys.why[k]} for k, v in keys.values.items()},
+            "replaced_from_base": replaced,
+            "warnings": findings.warnings,
+            "environment": dict(train.sft_env) if sft else {},
+            "summary": row,
+        },
+    )
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--signature", required=True)
+    parser.add_argument("--pack", required=True)
+    kinds.add_arguments(parser)
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--checkpoints", required=True, help="the run's save/load directory")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--train-json", required=True, help="the config's train section, as JSON")
+    parser.add_argument("--mode", choices=["pretrain", "sft"], default="pretrain", help="tokenize.mode")
+    args = parser.parse_args(argv)
+    train = TrainSettings.from_config(json.loads(args.train_json))
+    if not train.base_config:
+        parser.error("train.base_config is not set")
+    row = write_pack_config(
+        read_json(args.plan),
+        read_json(args.signature),
+        args.pack,
+        train.base_config,
+        train,
+        kinds.TokenizerFiles.resolve(
+            os.path.abspath(args.tokenizer_model),
+            args.tokenizer_type,
+            args.tokenizer_merges and os.path.abspath(args.tokenizer_merges),
+        ),
+        args.out_dir,
+        os.path.abspath(args.checkpoints),
+        args.seed,
+        sft=args.mode == "sft",
+    )
+    print(" ".join(f"{k}={v}" for k, v in row.items()))
+    return 0
