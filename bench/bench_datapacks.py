@@ -35,6 +35,7 @@ import numpy as np
 from workflow_scripts.core.dataset_merge import merge
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec, slice_pack
@@ -91,13 +92,14 @@ def main() -> None:
             "mixtures": {"m": {}},
         }
         t = time.perf_counter()
-        plan = make_plan(PlanSettings.from_config(config), signature, lambda p: IndexedDataset(p).lengths)
+        raw = make_plan(PlanSettings.from_config(config), signature, lambda p: IndexedDataset(p).lengths)
         plan_s = time.perf_counter() - t
-        pack = plan["packs"][0]
-        pack_bytes = pack["tokens"] * dtype.itemsize
+        plan = Plan.from_dict(raw)
+        pack = plan.packs[0]
+        pack_bytes = pack.tokens * dtype.itemsize
         print(
-            f"sources: {args.sources} x {per_source / 1e6:.0f} MB; pack {pack['name']}: "
-            f"{pack_bytes / 1e6:.0f} MB, {pack['documents']} documents, {len(pack['slices'])} slices; "
+            f"sources: {args.sources} x {per_source / 1e6:.0f} MB; pack {pack.name}: "
+            f"{pack_bytes / 1e6:.0f} MB, {pack.documents} documents, {len(pack.slices)} slices; "
             f"planned in {plan_s:.2f} s"
         )
 
@@ -122,15 +124,15 @@ def main() -> None:
                     Path(f"{merged}{ext}").unlink(missing_ok=True)
 
         def run_merge() -> None:
-            merge([str(slices / s["name"]) for s in pack["slices"]], merged)
+            merge([str(slices / s.name) for s in pack.slices], merged)
 
         sources = [bin_path(e["prefix"]) for e in signature]
         reads = {
             "cat": sources,
             "slice": sources,
-            "merge": [str(slices / f"{s['name']}.bin") for s in pack["slices"]],
+            "merge": [str(slices / f"{s.name}.bin") for s in pack.slices],
         }
-        last_slice = slices / f"{pack['slices'][-1]['name']}.bin"
+        last_slice = slices / f"{pack.slices[-1].name}.bin"
         reads["cat_fsync"] = sources
         nbytes = {"cat": src_bytes, "cat_fsync": src_bytes, "slice": pack_bytes, "merge": pack_bytes}
         steps = {"cat": run_cat, "cat_fsync": run_cat, "slice": run_slice, "merge": run_merge}
@@ -157,7 +159,7 @@ def main() -> None:
         print(
             f"goal slice and merge >= {GOAL_RATIO}x cat with fsync: {'met' if met else 'NOT met'}; "
             f"peak RSS {peak_mib:.0f} MB (indexes{' and orders' if args.shuffle else ''} only: "
-            f"{pack['documents']} documents)"
+            f"{pack.documents} documents)"
         )
         harness.write_results(
             "datapacks_shuffled" if args.shuffle else "datapacks",
@@ -165,10 +167,10 @@ def main() -> None:
                 "args": vars(args),
                 "sources_mb": round(src_bytes / harness.MB, 1),
                 "pack": {
-                    "name": pack["name"],
+                    "name": pack.name,
                     "mb": round(pack_bytes / harness.MB, 1),
-                    "documents": pack["documents"],
-                    "slices": len(pack["slices"]),
+                    "documents": pack.documents,
+                    "slices": len(pack.slices),
                 },
                 "plan_s": round(plan_s, 3),
                 "runs_s": {name: [round(t, 4) for t in ts] for name, ts in times.items()},

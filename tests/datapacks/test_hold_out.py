@@ -4,6 +4,7 @@ import numpy as np
 
 from workflow_scripts.core.dataset_merge import merge
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec, slice_pack
@@ -38,7 +39,9 @@ def test_a_validation_pack_from_several_sources_holds_their_last_documents(tmp_p
         ("en_web_a", [[0, 30, 60]]),
         ("en_web_b", [[0, 60, 70]]),
     ]
-    stats = slice_pack(pack_spec(plan, None, {}, "valid_en"), str(tmp_path / "valid_en"), None)
+    stats = slice_pack(
+        pack_spec(Plan.from_dict(plan), None, {}, "valid_en"), str(tmp_path / "valid_en"), None
+    )
     merged = merge([s["prefix"] for s in stats["slices"]], tmp_path / "valid_en_merged")
     assert merged["tokens"] == valid["tokens"] == 1500
     ds = IndexedDataset(tmp_path / "valid_en_merged")

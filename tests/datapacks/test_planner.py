@@ -5,6 +5,7 @@ import pytest
 
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE, neox_samples, tokens_for_iters, train_iters
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.plan_files import add_training, markdown, plan_rows, training_lines
 from workflow_scripts.datapacks.planner import PlanError, make_plan, phase_budgets, split_budget
 from workflow_scripts.datapacks.settings import Phase, PlanSettings, TrainingSettings
@@ -178,12 +179,17 @@ def _training_config(**train: object) -> dict:
 
 def test_plan_shows_training_cadence_and_refuses_checkpoints_over_quota() -> None:
     def plan() -> dict:
-        packs = [("warmup_0", "warmup", 2000, 0), ("U1_1", "U1", 29640, 2000)]
-        return {
-            "packs": [
-                {"name": n, "phase": p, "train_iters": i, "iteration_offset": o} for n, p, i, o in packs
-            ]
-        }
+        sig, lengths = signature({"en_web_a": 2000, "de_web_a": 2000}, 50_000_000)
+        phases = [
+            {"name": "warmup", "iters": 2000, "mixture": "main"},
+            {"name": "U1", "iters": 29640, "mixture": "main"},
+        ]
+        planned = plan_of(
+            config(phases, training=SEED000, max_iters_per_pack=35000), sig, lengths.__getitem__
+        )
+        packs = [(p["name"], p["phase"], p["train_iters"], p["iteration_offset"]) for p in planned["packs"]]
+        assert packs == [("warmup_0", "warmup", 2000, 0), ("U1_1", "U1", 29640, 2000)]
+        return planned
 
     train = {"seconds_per_iter": 17, "checkpoint_hours": 2.125, "time_limit_minutes": 2520, "keep_last": 3}
     planned = plan()
@@ -198,7 +204,7 @@ def test_plan_shows_training_cadence_and_refuses_checkpoints_over_quota() -> Non
     )
     disk = planned["checkpoint_disk"]
     assert disk["checkpoints_kept"] == 3 and disk["tb_needed"] == 0.182 * 4
-    assert "disk needed: 0.728 TB" in "\n".join(training_lines(planned))
+    assert "disk needed: 0.728 TB" in "\n".join(training_lines(Plan.from_dict(planned)))
     with pytest.raises(PlanError, match=r"need 0.728 TB \(3 kept \+ 1 being written, 0.182 TB each\), over"):
         add_training(plan(), _training_config(**train, checkpoint_quota_tb=0.5))
 
@@ -271,7 +277,7 @@ def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() ->
         for s in pack["slices"]:
             assert all(b <= first.get(s["source"], b) for _, _, b in s["ranges"]), (pack["name"], s)
     assert any(s["source"] == "en_web_big" for p in plan["packs"] for s in p["slices"])  # still trained on
-    assert "## Notes\n\n- valid_en: source en_web_big skipped" in markdown(plan)
+    assert "## Notes\n\n- valid_en: source en_web_big skipped" in markdown(Plan.from_dict(plan))
 
 
 def test_a_hold_out_no_source_can_give_is_refused_with_what_would_work() -> None:
@@ -301,9 +307,10 @@ def test_a_plan_without_a_time_estimate() -> None:
         config([{"name": "main", "tokens": 60_000, "mixture": "main"}], training), sig, lengths.__getitem__
     )
     assert [p["wall_hours"] for p in plan["packs"]] == [None, None, None]
-    assert plan_rows(plan)["wall_hours"].isna().all()
-    assert plan_rows(plan).to_csv(index=False).splitlines()[1].startswith("main_0,main,main,en,web,49,0,,")
-    text = markdown(plan)
+    rows = plan_rows(Plan.from_dict(plan))
+    assert rows["wall_hours"].isna().all()
+    assert rows.to_csv(index=False).splitlines()[1].startswith("main_0,main,main,en,web,49,0,,")
+    text = markdown(Plan.from_dict(plan))
     assert text.count(NO_ESTIMATE) == 1 and "wall_hours" not in text
     add_training(plan, {**_training_config(), "training": {}})
-    assert "disk needed: unknown (set training.model_params)" in markdown(plan)
+    assert "disk needed: unknown (set training.model_params)" in markdown(Plan.from_dict(plan))

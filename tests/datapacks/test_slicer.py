@@ -7,6 +7,7 @@ from workflow_scripts.core.dataset_merge import merge, write_documents, write_sl
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, IndexedDatasetError
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack
@@ -34,7 +35,7 @@ def sources(tmp_path):
     return tmp_path, docs, sig
 
 
-def plan_for(sig, shuffle=False):
+def plan_for(sig, shuffle=False) -> dict:
     cfg = {
         "seed": 5,
         "training": {"seq_length": 16, "global_batch_size": 2, "epoch_rule": "neox"},
@@ -71,7 +72,7 @@ def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources, shuffle) ->
     state = None
     for index, pack in enumerate(plan["packs"]):
         out = tmp / pack["name"]
-        write_json(tmp / "spec.json", pack_spec(plan, index, {}))
+        write_json(tmp / "spec.json", pack_spec(Plan.from_dict(plan), index, {}))
         args = [
             "--spec",
             str(tmp / "spec.json"),
@@ -109,7 +110,7 @@ def test_slices_are_flushed_once_not_one_by_one(sources, monkeypatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr("workflow_scripts.core.fsio.fsync_path", lambda _: calls.append("fsync"))
     monkeypatch.setattr("workflow_scripts.datapacks.slicer.sync_filesystem", lambda _: calls.append("sync"))
-    stats = slice_pack(pack_spec(plan_for(sig), 0, {}), str(tmp / "p0"), None)
+    stats = slice_pack(pack_spec(Plan.from_dict(plan_for(sig)), 0, {}), str(tmp / "p0"), None)
     assert len(stats["slices"]) == 2 and calls == ["sync"]
 
 
@@ -118,7 +119,7 @@ def test_state_mismatch_is_refused(sources) -> None:
     plan = plan_for(sig)
     write_json(tmp / "bad_state.json", {"pack": "x", "cursors": {"en_web_a": {"epoch": 0, "doc": 1}}})
     with pytest.raises(StateMismatch):
-        slice_pack(pack_spec(plan, 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"))
+        slice_pack(pack_spec(Plan.from_dict(plan), 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"))
 
 
 def test_gathered_documents_equal_a_copy_built_document_by_document(sources) -> None:
@@ -155,4 +156,5 @@ def test_a_shuffled_plans_ranges_count_the_seeded_order(sources) -> None:
     lengths = np.array([len(docs["en_web_a"][j]) for j in order])
     _, a, b = first["ranges"][0]
     assert first["tokens"] == lengths[a:b].sum()
-    assert pack_spec(plan, 0, {})["seed"] == 5 and "seed" not in pack_spec(plan_for(sig), 0, {})
+    unshuffled = Plan.from_dict(plan_for(sig))
+    assert pack_spec(Plan.from_dict(plan), 0, {})["seed"] == 5 and "seed" not in pack_spec(unshuffled, 0, {})

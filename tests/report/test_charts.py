@@ -16,6 +16,7 @@ from tests.utils import Workflow
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.settings import schema_entry
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.plan_files import add_training
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
@@ -156,7 +157,7 @@ def test_plan_charts_without_a_time_estimate(tmp_path: Path) -> None:
     train = {k: v.get("default") for k, v in schema_entry("", "train")["properties"].items()}
     add_training(plan, {**config, "train": {**train, "base_config": "base.yml"}})
     configs = pd.DataFrame([{"pack": p["name"], **p["training"]} for p in plan["packs"]])
-    made = plan_charts.charts(plan, {"main": {"by_domain": {}}}, configs)
+    made = plan_charts.charts(Plan.from_dict(plan), {"main": {"by_domain": {}}}, configs)
     schedule, *_, checkpoints = made
     assert NO_ESTIMATE in schedule.title and NO_ESTIMATE in schedule.figure.axes[0].get_title()
     assert "disk needed unknown" in checkpoints.figure.axes[1].get_title()
@@ -194,7 +195,7 @@ def test_the_epochs_chart_of_many_sources_has_a_row_per_group(tmp_path: Path) ->
     }
     plan = make_plan(PlanSettings.from_config(config), signature, lengths.__getitem__)
     assert len(names) > plan_charts.MAX_SOURCE_ROWS
-    chart = plan_charts.epochs(plan)
+    chart = plan_charts.epochs(Plan.from_dict(plan))
     table = chart.table.set_index("group")
     assert table["sources"].to_dict() == groups
     highest = {g: max(e for s, e in plan["final_epochs"].items() if s.startswith(g)) for g in groups}

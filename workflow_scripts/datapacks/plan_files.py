@@ -1,4 +1,7 @@
-"""``snakepack plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table."""
+"""``snakepack plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table.
+
+The plan is built in its JSON form (``planner.make_plan``, then ``add_trainer_settings`` and
+``add_training``); the specs, tables and text are made from it as a ``Plan``."""
 
 from __future__ import annotations
 
@@ -17,28 +20,29 @@ from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import pack_index
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.slicer import pack_spec
 
 
-def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
+def plan_rows(plan: Plan) -> pd.DataFrame:
     """One row per pack, language and domain: tokens, shares, iteration math and time estimate."""
     rows = []
-    for pack in plan["packs"]:
-        for s in pack["slices"]:
+    for pack in plan.packs:
+        for s in pack.slices:
             rows.append(
                 {
-                    "pack": pack["name"],
-                    "phase": pack["phase"],
-                    "mixture": pack["mixture"],
-                    "lang": s["lang"],
-                    "domain": s["domain"],
-                    "tokens": s["tokens"],
-                    "documents": s["documents"],
-                    "train_iters": pack["train_iters"],
-                    "iteration_offset": pack["iteration_offset"],
-                    "wall_hours": pack["wall_hours"],
+                    "pack": pack.name,
+                    "phase": pack.phase,
+                    "mixture": pack.mixture,
+                    "lang": s.lang,
+                    "domain": s.domain,
+                    "tokens": s.tokens,
+                    "documents": s.documents,
+                    "train_iters": pack.train_iters,
+                    "iteration_offset": pack.iteration_offset,
+                    "wall_hours": pack.wall_hours,
                 }
             )
     keys = ["pack", "phase", "mixture", "lang", "domain", "train_iters", "iteration_offset", "wall_hours"]
@@ -51,46 +55,45 @@ def plan_rows(plan: dict[str, Any]) -> pd.DataFrame:
 PACK_COLUMNS = ("pack", "phase", "budget", "tokens", "train_iters", "iteration_offset", "trained_tokens")
 
 
-def pack_table(plan: dict[str, Any]) -> pd.DataFrame:
+def pack_table(plan: Plan) -> pd.DataFrame:
     """One row per pack: its budget, real tokens, iterations, offset, upsampled sources and hours."""
     return pd.DataFrame(
         [
             {
-                **{c: p[c if c != "pack" else "name"] for c in PACK_COLUMNS},
-                "wall_hours": p["wall_hours"],
-                "upsampled_sources": sum(s["upsampled"] for s in p["slices"]),
+                **{c: getattr(p, c if c != "pack" else "name") for c in PACK_COLUMNS},
+                "wall_hours": p.wall_hours,
+                "upsampled_sources": sum(s.upsampled for s in p.slices),
             }
-            for p in plan["packs"]
+            for p in plan.packs
         ],
         columns=[*PACK_COLUMNS, "wall_hours", "upsampled_sources"],  # the columns also without a phase
     )
 
 
-def epochs_table(plan: dict[str, Any]) -> pd.DataFrame:
+def epochs_table(plan: Plan) -> pd.DataFrame:
     """Epochs read of every source after each pack (values above 1 mean upsampling)."""
     return (
-        pd.DataFrame(
-            {p["name"]: {s["source"]: s["epochs_after"] for s in p["slices"]} for p in plan["packs"]}
-        )
+        pd.DataFrame({p.name: {s.source: s.epochs_after for s in p.slices} for p in plan.packs})
         .ffill(axis=1)
         .fillna(0.0)
     )
 
 
-def sources_table(plan: dict[str, Any]) -> pd.DataFrame:
+def sources_table(plan: Plan) -> pd.DataFrame:
     """Token conservation per source: available, taken over all packs, epochs read."""
     return pd.DataFrame(
         [
-            {"source": n, **{k: v for k, v in t.items() if k != "by_pack"}}
-            for n, t in plan["conservation"].items()
+            {"source": n, **{k: v for k, v in t.to_dict().items() if k != "by_pack"}}
+            for n, t in plan.conservation.items()
         ]
     )
 
 
 def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
-    """Each pack's training cadence (config ``train``): its trainer config, ``checkpoint_factor``,
-    ``exit_interval``, Slurm segments, hours at the s/iter guess and the checkpoints it saves; and the
-    checkpoint disk of the whole run under the retention policy, refused over ``checkpoint_quota_tb``."""
+    """Add to the plan (its JSON form) each pack's training cadence (config ``train``): its trainer config,
+    ``checkpoint_factor``, ``exit_interval``, Slurm segments, hours at the s/iter guess and the checkpoints
+    it saves; and the checkpoint disk of the whole run under the retention policy, refused over
+    ``checkpoint_quota_tb``."""
     train = config.get("train") or {}
     if not train.get("base_config"):
         return
@@ -127,28 +130,28 @@ def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
         )
 
 
-def has_estimate(plan: dict[str, Any]) -> bool:
+def has_estimate(plan: Plan) -> bool:
     """Whether the plan estimates wall hours (``training.model_params``, ``gpus`` and ``tflops_per_gpu``)."""
-    return any(p["wall_hours"] is not None for p in plan["packs"])
+    return any(p.wall_hours is not None for p in plan.packs)
 
 
-def markdown(plan: dict[str, Any]) -> str:
+def markdown(plan: Plan) -> str:
     """The human-readable plan (without an estimate, the hours are left out and it says so once)."""
     packs, rows = pack_table(plan), plan_rows(plan)
     epochs = epochs_table(plan)
-    upsampled = sorted(n for n, e in plan["final_epochs"].items() if e > 1)
+    upsampled = sorted(n for n, e in plan.final_epochs.items() if e > 1)
     estimate: list[str] = []
     if not has_estimate(plan):
         packs, rows = packs.drop(columns="wall_hours"), rows.drop(columns="wall_hours")
         estimate = [f"wall time: {NO_ESTIMATE}", ""]
-    if not plan["packs"]:
+    if not plan.packs:
         estimate += ["no phases (`datapacks.phases`): the data is counted, no pack is cut", ""]
     lines = [
         "# Datapack plan",
         "",
-        f"tokens per iteration: {plan['tokens_per_iter']:,} (seq_length {plan['seq_length']} x global batch "
-        f"{plan['global_batch_size']}); epoch rule: {plan['epoch_rule']}; max tokens per pack: "
-        f"{plan['max_tokens_per_pack']:,}; total train_iters: {plan['total_train_iters']:,}",
+        f"tokens per iteration: {plan.tokens_per_iter:,} (seq_length {plan.seq_length} x global batch "
+        f"{plan.global_batch_size}); epoch rule: {plan.epoch_rule}; max tokens per pack: "
+        f"{plan.max_tokens_per_pack:,}; total train_iters: {plan.total_train_iters:,}",
         "",
         *estimate,
         "## Packs",
@@ -171,33 +174,34 @@ def markdown(plan: dict[str, Any]) -> str:
     ]
     if upsampled:
         lines += [f"**Upsampled** (read more than once): {', '.join(upsampled)}", ""]
-    if plan.get("notes"):
-        lines += ["## Notes", "", *(f"- {note}" for note in plan["notes"]), ""]
+    if plan.notes:
+        lines += ["## Notes", "", *(f"- {note}" for note in plan.notes), ""]
     return "\n".join(lines)
 
 
-def training_lines(plan: dict[str, Any]) -> list[str]:
+def training_lines(plan: Plan) -> list[str]:
     """The training section of the Markdown plan (when the config has ``train.base_config``)."""
-    if not any("training" in p for p in plan["packs"]):
+    disk = plan.checkpoint_disk
+    if disk is None or not any(p.training for p in plan.packs):
         return []
-    rows = pd.DataFrame([{"pack": p["name"], **p["training"]} for p in plan["packs"]])
+    rows = pd.DataFrame([{"pack": p.name, **p.training.to_dict()} for p in plan.packs if p.training])
     rows["extra_save_iters"] = rows["extra_save_iters"].map(len)
-    disk = plan["checkpoint_disk"]
-    quota = "" if disk["quota_tb"] is None else f" of a {disk['quota_tb']:g} TB quota"
-    need = "unknown (set training.model_params)" if disk["tb_needed"] is None else f"{disk['tb_needed']:g} TB"
+    quota = "" if disk.quota_tb is None else f" of a {disk.quota_tb:g} TB quota"
+    need = "unknown (set training.model_params)" if disk.tb_needed is None else f"{disk.tb_needed:g} TB"
     return [
         "## Training (trainer config, checkpoint cadence, Slurm segments, hours at the s/iter guess)",
         "",
         rows.to_markdown(index=False),
         "",
-        f"checkpoints: {disk['checkpoints_saved']} saved, {disk['checkpoints_kept']} kept under the "
+        f"checkpoints: {disk.checkpoints_saved} saved, {disk.checkpoints_kept} kept under the "
         f"retention policy; disk needed: {need}{quota}",
         "",
     ]
 
 
 def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
-    """Give every pack its merged prefix and the trainer settings that read it in one epoch.
+    """Give every pack of the plan (its JSON form) its merged prefix and the trainer settings that read it in
+    one epoch.
 
     GPT-NeoX (the Tilde fork's ``iteration_offset``): one path per pack, its own ``train_iters``.
     Megatron-LM: the whole pack as the training split (``--split 100,0,0``; its default split would hold
@@ -219,9 +223,9 @@ def add_trainer_settings(plan: dict[str, Any], merged_dir: str) -> None:
         pack["megatron_data_args"] = ["--data-path", prefix, "--split", "100,0,0"]
 
 
-def stale_packs(plan: dict[str, Any], merged_dir: str) -> list[str]:
+def stale_packs(plan: Plan, merged_dir: str) -> list[str]:
     """Merged packs left by an earlier, longer plan."""
-    planned = {p["name"] for p in [*plan["packs"], *plan["validation"]]}
+    planned = {p.name for p in [*plan.packs, *plan.validation]}
     root = Path(merged_dir)
     return (
         sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in planned)
@@ -230,19 +234,19 @@ def stale_packs(plan: dict[str, Any], merged_dir: str) -> list[str]:
     )
 
 
-def write_specs(plan: dict[str, Any], signature: list[dict[str, Any]], specs_dir: str) -> None:
+def write_specs(plan: Plan, signature: list[dict[str, Any]], specs_dir: str) -> None:
     """``{specs_dir}/{pack}.json`` for every pack, and the pack index, each written only when it changed;
     specs of packs that are no longer planned are removed."""
     pack_index.write(plan, specs_dir)
     identities = {e["prefix"]: e.get("identity") for e in signature}
-    for index, pack in enumerate(plan["packs"]):
+    for index, pack in enumerate(plan.packs):
         write_if_changed(
-            Path(specs_dir) / f"{pack['name']}.json", dumps_json(pack_spec(plan, index, identities))
+            Path(specs_dir) / f"{pack.name}.json", dumps_json(pack_spec(plan, index, identities))
         )
-    for pack in plan["validation"]:
-        spec = pack_spec(plan, None, identities, pack["name"])
-        write_if_changed(Path(specs_dir) / f"{pack['name']}.json", dumps_json(spec))
-    planned = {f"{p['name']}.json" for p in [*plan["packs"], *plan["validation"]]}
+    for valid in plan.validation:
+        spec = pack_spec(plan, None, identities, valid.name)
+        write_if_changed(Path(specs_dir) / f"{valid.name}.json", dumps_json(spec))
+    planned = {f"{p.name}.json" for p in [*plan.packs, *plan.validation]}
     for old in Path(specs_dir).glob("*.json"):
         if old.name not in planned:
             old.unlink()
@@ -263,12 +267,13 @@ def main(argv: list[str] | None = None) -> None:
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
     settings = PlanSettings.from_config(config)
-    plan = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
-    add_trainer_settings(plan, args.merged_dir)
-    add_training(plan, config)
+    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
+    add_trainer_settings(raw, args.merged_dir)
+    add_training(raw, config)
+    plan = Plan.from_dict(raw)
     write_specs(plan, signature, args.specs_dir)
     stale = stale_packs(plan, args.merged_dir)
-    write_json(args.out_json, plan)
+    write_json(args.out_json, plan.to_dict())
     with atomic_path(args.out_csv) as tmp:
         plan_rows(plan).to_csv(tmp, index=False)
     text = markdown(plan)

@@ -27,6 +27,7 @@ from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path, read_json, sync_filesystem, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.progress import Progress
+from workflow_scripts.datapacks.plan import PackPlan, Plan, ValidationPack
 from workflow_scripts.datapacks.planner import shuffle_permutation
 
 
@@ -34,30 +35,28 @@ class StateMismatch(UserError, RuntimeError):
     """The previous pack's cursor is not where the plan expects this pack to start."""
 
 
-def pack_start(plan: dict[str, Any], index: int) -> dict[str, dict[str, int]]:
+def pack_start(plan: Plan, index: int) -> dict[str, dict[str, int]]:
     """The cursors the plan expects before pack ``index``."""
     if index == 0:
-        return {name: {"epoch": 0, "doc": 0} for name in plan["final_epochs"]}
-    return plan["packs"][index - 1]["state_after"]
+        return {name: {"epoch": 0, "doc": 0} for name in plan.final_epochs}
+    return {name: c.to_dict() for name, c in plan.packs[index - 1].state_after.items()}
 
 
-def pack_spec(plan: dict[str, Any], index: int | None, identities: dict[str, Any], name: str = "") -> dict:
+def pack_spec(plan: Plan, index: int | None, identities: dict[str, Any], name: str = "") -> dict:
     """Everything that decides a pack's bytes: its plan entry, its start cursors, its sources' identities
     (``identities``: link prefix -> content identity, from the data signature). ``index`` is the pack's
-    place in ``plan["packs"]``; ``None`` picks the validation pack ``name`` (no cursors: never chained)."""
-    pack = (
-        plan["packs"][index]
-        if index is not None
-        else next(v for v in plan["validation"] if v["name"] == name)
+    place in ``plan.packs``; ``None`` picks the validation pack ``name`` (no cursors: never chained)."""
+    pack: PackPlan | ValidationPack = (
+        plan.packs[index] if index is not None else next(v for v in plan.validation if v.name == name)
     )
-    keys = ("name", "budget", "slices", "state_after")
+    entry = pack.to_dict()
     return {
-        **{k: pack[k] for k in keys},
+        **{k: entry[k] for k in ("name", "budget", "slices", "state_after")},
         "index": index,
         "start": pack_start(plan, index) if index is not None else {},
-        "shuffle": plan["shuffle"],
-        **({"seed": plan["seed"]} if plan["shuffle"] else {}),  # the sources' order
-        "sources": {s["source"]: identities.get(s["prefix"]) for s in pack["slices"]},
+        "shuffle": plan.shuffle,
+        **({"seed": plan.seed} if plan.shuffle else {}),  # the sources' order
+        "sources": {s.source: identities.get(s.prefix) for s in pack.slices},
     }
 
 

@@ -17,6 +17,7 @@ import os
 from collections.abc import Sequence
 
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.datapacks.plan import Plan
 
 TITLES = {"plan": "Plan", "data": "Data", "training": "Training"}
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         mixtures = {os.path.basename(m).removesuffix(".json"): read_json(m) for m in args.mixtures}
         configs = pd.read_csv(args.configs) if args.configs else None
-        made = plan.charts(read_json(args.plan), mixtures, configs)
+        made = plan.charts(Plan.read(args.plan), mixtures, configs)
     elif args.section == "data":
         from workflow_scripts.report import data
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from workflow_scripts.report import training
 
         files = TrainLayout(args.train_dir).records()
-        made = training.charts(files, read_json(args.plan) if args.plan else None, args.seconds_per_iter)
+        made = training.charts(files, Plan.read(args.plan) if args.plan else None, args.seconds_per_iter)
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")
     return 0

@@ -15,6 +15,7 @@ import pandas as pd
 
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.report.charts import Chart, colors, figure, message_figure
 
 PREFIXES_PER_LANG = 16  # tokens per document: at most this many tokenized prefixes of each language are read
@@ -27,7 +28,7 @@ def funnel_rows(
     tokenize: dict[str, Any] | None,
     raw_bytes: int | None,
     tokens: int | None,
-    plan: dict[str, Any] | None,
+    plan: Plan | None,
 ) -> pd.DataFrame:
     """One row per stage that ran: documents in, out, dropped by reason, whether they add up, bytes."""
     rows = []
@@ -53,9 +54,9 @@ def funnel_rows(
         add("dedup", dedup, removed, bytes_in=dedup["bytes_in"], bytes_out=dedup["bytes_out"])
     if tokenize:
         add("tokenize", tokenize, tokenize["rejected"], tokens=tokens)
-    if plan and plan["packs"]:
-        docs = sum(p["documents"] for p in plan["packs"])
-        rows.append({"stage": "packs", "docs_out": docs, "tokens": sum(p["tokens"] for p in plan["packs"])})
+    if plan and plan.packs:
+        docs = sum(p.documents for p in plan.packs)
+        rows.append({"stage": "packs", "docs_out": docs, "tokens": sum(p.tokens for p in plan.packs)})
     columns = ["stage", "docs_in", "docs_out", "dropped", "dropped_by_reason", "adds_up"]
     return pd.DataFrame(rows, columns=[*columns, "bytes_in", "bytes_out", "tokens"]).astype(
         {c: "Int64" for c in ("docs_in", "docs_out", "dropped", "bytes_in", "bytes_out", "tokens")}
@@ -239,9 +240,7 @@ def charts(
 ) -> list[Chart]:
     """Every chart of the data section, from the stage stats given (a stage not given is left out)."""
     paths = {"ingest": ingest, "dedup": dedup, "dedup_report": dedup_report, "tokenize": tokenize}
-    load = {
-        k: read_json(v) if v else None for k, v in {**paths, "signature": signature, "plan": plan}.items()
-    }
+    load = {k: read_json(v) if v else None for k, v in {**paths, "signature": signature}.items()}
     sig = load["signature"]
     tokens = sum(p["tokens"] for p in sig["prefixes"]) if sig else None
     shards_dir = os.path.dirname(ingest) if ingest else None
@@ -252,7 +251,7 @@ def charts(
         load["tokenize"],
         raw_bytes(shards_dir) if shards_dir else None,
         tokens,
-        load["plan"],
+        Plan.read(plan) if plan else None,
     )
     made = [funnel(table)]
     if load["dedup_report"]:

@@ -10,38 +10,39 @@ import pandas as pd
 
 from workflow_scripts.core import naming
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.report.charts import Chart, colors, figure
 
 # Beyond this many sources the epochs chart's rows are groups (100,000 rows cannot be drawn).
 MAX_SOURCE_ROWS = 60
 
 
-def slices(plan: dict[str, Any]) -> pd.DataFrame:
+def slices(plan: Plan) -> pd.DataFrame:
     """One row per slice of every pack (pack, phase, mixture, source, language, domain, tokens)."""
     return pd.DataFrame(
         [
             {
-                "pack": p["name"],
-                "phase": p["phase"],
-                "mixture": p["mixture"],
-                "source": s["source"],
-                "lang": s["lang"],
-                "domain": f"{s['lang']}/{s['domain']}",
-                "tokens": s["tokens"],
+                "pack": p.name,
+                "phase": p.phase,
+                "mixture": p.mixture,
+                "source": s.source,
+                "lang": s.lang,
+                "domain": f"{s.lang}/{s.domain}",
+                "tokens": s.tokens,
             }
-            for p in plan["packs"]
-            for s in p["slices"]
+            for p in plan.packs
+            for s in p.slices
         ]
     )
 
 
-def stacked_tokens(plan: dict[str, Any], key: str) -> Chart:
+def stacked_tokens(plan: Plan, key: str) -> Chart:
     """Tokens per pack (x: pack and phase), stacked by ``key`` (lang or domain)."""
     table = slices(plan).pivot_table(index="pack", columns=key, values="tokens", aggfunc="sum", sort=False)
     table = table.fillna(0).astype(int)
     fig, (ax,) = figure()
     bottom = np.zeros(len(table))
-    labels = [f"{p['name']}\n({p['phase']})" for p in plan["packs"]]
+    labels = [f"{p.name}\n({p.phase})" for p in plan.packs]
     for column, color in zip(table.columns, colors(len(table.columns)), strict=True):
         ax.bar(labels, table[column], bottom=bottom, label=column, color=color)
         bottom += table[column].to_numpy()
@@ -55,16 +56,16 @@ def stacked_tokens(plan: dict[str, Any], key: str) -> Chart:
     return Chart(f"tokens_by_{title}", f"Tokens per pack, by {title}", fig, table)
 
 
-def epochs(plan: dict[str, Any]) -> Chart:
+def epochs(plan: Plan) -> Chart:
     """Epochs read of every source after each phase (cumulative); above 1 a source is read again (red).
     Beyond ``MAX_SOURCE_ROWS`` sources, a row per group: its sources' highest epochs, and their number."""
     rows = []
     cumulative: dict[str, float] = {}
-    phases = list(dict.fromkeys(p["phase"] for p in plan["packs"]))
+    phases = list(dict.fromkeys(p.phase for p in plan.packs))
     for phase in phases:
-        for pack in (p for p in plan["packs"] if p["phase"] == phase):
-            for s in pack["slices"]:
-                cumulative[s["source"]] = s["epochs_after"]
+        for pack in (p for p in plan.packs if p.phase == phase):
+            for s in pack.slices:
+                cumulative[s.source] = s.epochs_after
         rows += [{"source": src, "phase": phase, "epochs": e} for src, e in sorted(cumulative.items())]
     table = pd.DataFrame(rows).pivot(index="source", columns="phase", values="epochs")[phases].fillna(0.0)
     sources = None
@@ -93,7 +94,7 @@ def epochs(plan: dict[str, Any]) -> Chart:
     return Chart("epochs", f"Epochs read of each {what}, per phase", fig, table)
 
 
-def mixture_shares(plan: dict[str, Any], mixtures: dict[str, dict[str, Any]]) -> Chart:
+def mixture_shares(plan: Plan, mixtures: dict[str, dict[str, Any]]) -> Chart:
     """Each mixture's target share per language and domain against the share its packs really got."""
     got = slices(plan).groupby(["mixture", "domain"])["tokens"].sum()
     rows = []
@@ -124,21 +125,21 @@ def mixture_shares(plan: dict[str, Any], mixtures: dict[str, dict[str, Any]]) ->
     return Chart("mixture", "Mixture: target shares against what the packs got", fig, table)
 
 
-def schedule(plan: dict[str, Any]) -> Chart:
+def schedule(plan: Plan) -> Chart:
     """Each pack's global iterations (offset to offset + train_iters), with its estimated wall time (without
     an estimate, the title says so and the hours are left out)."""
     table = pd.DataFrame(
         [
             {
-                "pack": p["name"],
-                "phase": p["phase"],
-                "tokens": p["tokens"],
-                "train_iters": p["train_iters"],
-                "iteration_offset": p["iteration_offset"],
-                "trained_tokens": p["trained_tokens"],
-                "wall_hours": p["wall_hours"],
+                "pack": p.name,
+                "phase": p.phase,
+                "tokens": p.tokens,
+                "train_iters": p.train_iters,
+                "iteration_offset": p.iteration_offset,
+                "trained_tokens": p.trained_tokens,
+                "wall_hours": p.wall_hours,
             }
-            for p in plan["packs"]
+            for p in plan.packs
         ]
     )
     fig, (ax,) = figure(9, max(2.5, 0.4 * len(table) + 1))
@@ -154,7 +155,7 @@ def schedule(plan: dict[str, Any]) -> Chart:
     ax.set_yticks(y, table["pack"])
     ax.set_xlabel("global iteration")
     ax.set_xlim(0, (table["iteration_offset"] + table["train_iters"]).max() * 1.3 or 1)
-    title = f"total train_iters {plan['total_train_iters']:,}; {plan['tokens_per_iter']:,} tokens/iter"
+    title = f"total train_iters {plan.total_train_iters:,}; {plan.tokens_per_iter:,} tokens/iter"
     ax.set_title(title if estimated else f"{title}\n{NO_ESTIMATE}")
     name = (
         "train_iters, offsets and estimated wall time"
@@ -164,33 +165,32 @@ def schedule(plan: dict[str, Any]) -> Chart:
     return Chart("schedule", name, fig, table)
 
 
-def checkpoints(plan: dict[str, Any], configs: pd.DataFrame) -> Chart:
+def checkpoints(plan: Plan, configs: pd.DataFrame) -> Chart:
     """Per pack: Slurm segments and hours at the s/iter guess; the run's checkpoint disk against its quota."""
-    disk = plan.get("checkpoint_disk") or {}
+    disk = plan.checkpoint_disk
     fig, (ax, right) = figure(10, 4, ncols=2)
     ax.bar(configs["pack"], configs["hours"], color="#58a")
     for x, row in enumerate(configs.itertuples()):
         ax.text(x, row.hours, f"{row.segments} seg.", ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("hours at the s/iter guess")
     ax.tick_params(axis="x", rotation=45)
-    bars = {"needed": disk.get("tb_needed") or 0.0}
-    if disk.get("quota_tb") is not None:
-        bars["quota"] = disk["quota_tb"]
+    bars = {"needed": (disk.tb_needed if disk else None) or 0.0}
+    if disk and disk.quota_tb is not None:
+        bars["quota"] = disk.quota_tb
     right.bar(list(bars), list(bars.values()), color=["#58a", "#bbb"][: len(bars)])
     right.set_ylabel("checkpoint disk (TB)")
-    kept = f"{disk.get('checkpoints_saved', 0)} saved, {disk.get('checkpoints_kept', 0)} kept"
-    if disk and disk.get("tb_needed") is None:
+    kept = f"{disk.checkpoints_saved if disk else 0} saved, {disk.checkpoints_kept if disk else 0} kept"
+    if disk and disk.tb_needed is None:
         kept += "\ndisk needed unknown (set training.model_params)"
     right.set_title(kept)
     table = configs.copy()
+    values = disk.to_dict() if disk else {}
     for key in ("checkpoints_saved", "checkpoints_kept", "tb_each", "tb_needed", "quota_tb"):
-        table[key] = disk.get(key)
+        table[key] = values.get(key)
     return Chart("checkpoints", "Slurm segments, hours and checkpoint disk", fig, table)
 
 
-def charts(
-    plan: dict[str, Any], mixtures: dict[str, dict[str, Any]], configs: pd.DataFrame | None
-) -> list[Chart]:
+def charts(plan: Plan, mixtures: dict[str, dict[str, Any]], configs: pd.DataFrame | None) -> list[Chart]:
     """Every chart of the plan section (the checkpoint chart only with the trainer configs)."""
     made = [
         schedule(plan),

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.report.charts import Chart, colors, figure, message_figure
 
 SEGMENT_COLUMNS = [
@@ -207,11 +207,11 @@ def timeline_chart(segs: pd.DataFrame) -> Chart:
     return Chart("timeline", TITLES["timeline"], fig, table)
 
 
-def charts(paths: list[str], plan: dict[str, Any] | None, seconds_per_iter: float | None) -> list[Chart]:
+def charts(paths: list[str], plan: Plan | None, seconds_per_iter: float | None) -> list[Chart]:
     """The three training charts; each says so when the records do not have its numbers yet."""
     runs, curve = segments(paths), losses(paths)
     segs = runs[~runs["failed"].astype(bool)]
-    offsets = {p["name"]: p["iteration_offset"] for p in (plan or {}).get("packs", [])}
+    offsets = {p.name: p.iteration_offset for p in plan.packs} if plan else {}
     has_loss = len(curve) or segs[["train_loss", "valid_loss"]].notna().to_numpy().any()
     return [
         loss_chart(curve, segs, offsets) if has_loss else _nothing("loss", "no loss recorded yet"),

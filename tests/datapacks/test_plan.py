@@ -1,0 +1,95 @@
+"""The typed plan: plan.json reads into a ``Plan`` and writes back byte for byte; a plan without a key it
+needs is refused, naming the file, the entry and the key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from workflow_scripts.core.fsio import dumps_json, read_json, write_json
+from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
+from workflow_scripts.core.settings import schema_entry
+from workflow_scripts.datapacks import plan_files
+from workflow_scripts.datapacks.plan import Plan, PlanFormatError
+
+
+def write_plan(tmp_path: Path, train: bool) -> Path:
+    """``snakepack plan`` over three small sources (one of them a single long document, skipped for the
+    hold-out with a note), with or without the training cadence; the path of its plan.json."""
+    rng = np.random.default_rng(4)
+    sizes = {"en_web_big": [3000], "en_web_a": [40] * 60, "de_news_a": [25] * 90}
+    signature = []
+    for name, docs in sizes.items():
+        prefix = str(tmp_path / "tokenized" / name)
+        with IndexedDatasetBuilder(prefix, np.uint16) as builder:
+            for n in docs:
+                builder.add_document(rng.integers(0, 60000, size=n, dtype=np.uint16))
+        lang, domain = name.split("_")[:2]
+        signature.append(
+            {"prefix": prefix, "name": name, "lang": lang, "domain": domain, "tokens": sum(docs)}
+        )
+    write_json(tmp_path / "signature.json", {"prefixes": signature})
+    config = {
+        "seed": 7,
+        "training": {"seq_length": 16, "global_batch_size": 2, "model_params": 1e8, "gpus": 1},
+        "datapacks": {
+            "max_iters_per_pack": 40,
+            "validation_tokens": 200,
+            "phases": [
+                {"name": "warmup", "iters": 30, "mixture": "m"},
+                {"name": "main", "tokens": 3000, "mixture": "m"},
+            ],
+        },
+        "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
+    }
+    if train:
+        defaults = {k: v.get("default") for k, v in schema_entry("", "train")["properties"].items()}
+        config["train"] = {**defaults, "base_config": "base.yml"}
+    out = tmp_path / ("trained" if train else "plain")
+    plan_files.main(
+        [
+            *("--config-json", orjson.dumps(config).decode()),
+            *("--signature", str(tmp_path / "signature.json")),
+            *("--json", str(out / "plan.json"), "--csv", str(out / "plan.csv"), "--md", str(out / "plan.md")),
+            *("--merged-dir", str(out / "merged"), "--specs-dir", str(out / "specs")),
+        ]
+    )
+    return out / "plan.json"
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_plan_reads_and_writes_back_byte_for_byte(tmp_path: Path, train: bool) -> None:
+    path = write_plan(tmp_path, train)
+    plan = Plan.read(path)
+    assert dumps_json(plan.to_dict()) == path.read_bytes()
+    assert plan.to_dict() == read_json(path)
+    assert [p.name for p in plan.packs] == ["warmup_0", "main_1", "main_2", "main_3"]
+    assert [v.name for v in plan.validation] == ["valid_de", "valid_en"]
+    assert plan.notes and plan.notes[0].startswith("valid_en: source en_web_big skipped")
+    assert all(p.merged_prefix and p.neox and p.megatron_data_args for p in plan.packs)
+    assert (plan.checkpoint_disk is not None) == train == all(p.training for p in plan.packs)
+    assert plan.packs[1].iteration_offset == plan.packs[0].train_iters
+    assert plan.packs[0].slices[0].start.to_dict() == {"epoch": 0, "doc": 0}
+    assert plan.conservation["en_web_a"].held_out == plan.validation[1].tokens
+
+
+def test_a_plan_without_a_key_names_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
+    raw = read_json(write_plan(tmp_path, False))
+    del raw["packs"][1]["slices"][0]["tokens"]
+    write_json(tmp_path / "old.json", raw)
+    with pytest.raises(PlanFormatError) as refused:
+        Plan.read(tmp_path / "old.json")
+    assert str(refused.value).startswith(f"{tmp_path / 'old.json'}: packs[1].slices[0] has no 'tokens' (")
+    del raw["seq_length"]
+    with pytest.raises(PlanFormatError, match=r"^the plan has no 'seq_length' \("):
+        Plan.from_dict(raw)
+
+
+def test_a_plan_is_frozen(tmp_path: Path) -> None:
+    plan = Plan.read(write_plan(tmp_path, False))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.packs[0].train_iters = 1  # type: ignore[misc]
