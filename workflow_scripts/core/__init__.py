@@ -10,5 +10,12 @@
 - ``stage_stats``: a stage's ``stats.json`` and the one balance check (in = out + dropped);
 - ``cli``: the error convention (a user error is one line and exit status 2); ``config_errors``: one-line
   configuration errors;
-- ``runtime``: how rule jobs find this package's interpreter, and small Snakemake helpers.
+- ``runtime``: how rule jobs find this package's interpreter, and small Snakemake helpers;
+- ``batches``: per-shard stages as batch jobs that redo only their changed members; ``versioned``: what the
+  rules' input functions read, computed once per version of a file or folder; ``slurm_plan``: what a dry
+  run under a Slurm profile would submit;
+- ``schedule``: the training-schedule arithmetic the runbooks did by hand;
+- ``progress``: progress bars, periodic log lines and a job's summary line; ``cache``: the user's cache of
+  derived data;
+- ``compiled``: the one loader of the package's compiled extensions.
 """

@@ -3,4 +3,9 @@ the training, each a set of matplotlib charts with the tables behind them and a 
 
 Reads any stage's outputs, never writes them; what has not run yet is simply absent. matplotlib is imported
 only by the report jobs (``snakepack report``), never while the Snakefile is parsed.
+
+- ``build``: ``snakepack report SECTION``, one section's charts, tables and page;
+- ``plan``, ``data``, ``training``: the three sections' charts; ``charts``: a chart and its table, saved
+  with stable bytes;
+- ``layout``: the charts' and files' names, for the rules (standard library only).
 """
