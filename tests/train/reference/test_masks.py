@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from workflow_scripts.train.reference.config import ModelConfig  # noqa: E402
 from workflow_scripts.train.reference.masks import Switches, make_batch  # noqa: E402
 from workflow_scripts.train.reference.model import GPT, token_losses  # noqa: E402
+from workflow_scripts.train.reference.run_config import ModelConfig  # noqa: E402
 
 EOD, USER, ASSISTANT = 3, 4, 5
 

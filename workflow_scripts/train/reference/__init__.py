@@ -8,7 +8,11 @@ DeepSpeed checkpoints in the config's trainer's layout (``global_stepN`` + ``lat
 ``iter_NNNNNNN`` + ``latest_checkpointed_iteration.txt``). It is as strict as the trainers: duplicate and
 unknown keys are refused. It refuses a ``train_iters`` that would read a pretraining pack twice. Modules:
 
-- ``config``: the YAML config or Megatron-LM arguments, the keys implemented and the ones not,
+- ``config``: ``load_config``: either trainer's config read (by the next two) and checked alike, the keys
+  implemented and the ones not,
+- ``neox_config``: GPT-NeoX's YAML files, merged as ``NeoXArgs.from_ymls`` merges them,
+- ``megatron_config``: a Megatron-LM arguments file, mapped onto GPT-NeoX's keys,
+- ``run_config``: what a run reads (``RunConfig``, ``ModelConfig``) and ``ConfigError``,
 - ``data``: GPT-NeoX's index mappings (doc, sample, shuffle) and the datasets over the ``.bin`` memmap,
 - ``masks``: SFT loss masking outside assistant spans and per-document attention (the LUMI fork's switches),
 - ``model``: the GPT in plain torch,

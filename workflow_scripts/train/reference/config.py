@@ -1,19 +1,12 @@
-"""The trainer config: a GPT-NeoX YAML (keys normalised as GPT-NeoX does) or a Megatron-LM arguments file,
-the keys implemented, the rest listed once.
-
-``load_config`` reads one or more GPT-NeoX YAML files, as strictly as ``NeoXArgs.from_ymls``: a key given in
-two files is refused, and so is a key GPT-NeoX does not know (upstream or the LUMI fork:
-``train/trainer_keys``). A single ``.args`` file is read as Megatron-LM's ``parse_args`` would (an unknown
-flag is refused) and mapped onto the same run: ``--train-iters`` is the global step the pack ends at and
-the pack starts at the last ``--phase-transition-iterations`` before it; ``--exit-interval`` counts global
-iterations; without ``--exit-signal-handler`` a signal stops the run unsaved, and with it only
-``--exit-signal`` (SIGTERM unless given) saves. Either way it ends in a ``RunConfig``.
+"""The trainer config: ``load_config`` reads a GPT-NeoX YAML (``neox_config``) or a Megatron-LM arguments
+file (``megatron_config``) into a ``RunConfig`` (``run_config``), checked the same way for both.
 
 Every key it reads is in ``IMPLEMENTED``; any other known key, and an implemented key whose value the
 reference trainer does not support (``pos_emb: rotary``, ``precision: fp16``...), is listed in
 ``RunConfig.not_implemented`` with what is used instead, which the trainer prints once at start. Values that
 would change which samples are read or when the run saves (the batch arithmetic, ``pack_impl``, model or
-pipeline parallelism, ``checkpoint_scale``) are refused with a ``ConfigError`` naming the key.
+pipeline parallelism, ``checkpoint_scale``) are refused with a ``ConfigError`` naming the key. The trainer's
+own tokenizer class gives the vocabulary size and the end of document (``tokenizer_ids``).
 """
 
 from __future__ import annotations
@@ -21,16 +14,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import shlex
-import signal
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from workflow_scripts.core.cli import UserError
-from workflow_scripts.train import lint
+from workflow_scripts.train.reference import megatron_config, neox_config
+from workflow_scripts.train.reference.run_config import ConfigError, ModelConfig, RunConfig
 
 NEOX_EOD_PIECE = "<|endoftext|>"
 ASSISTANT_PIECE = "<|assistant|>"
@@ -109,232 +97,6 @@ IMPLEMENTED = frozenset(
         "keep_last_n_checkpoints",
     }
 )
-MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
-    "micro_batch_size": "train_micro_batch_size_per_gpu",
-    "global_batch_size": "train_batch_size",
-    "train_data_path": "train_data_paths",
-    "valid_data_path": "valid_data_paths",
-    "tokenizer_model": "vocab_file",
-    "save_interval": "checkpoint_factor",
-    "clip_grad": "gradient_clipping",
-    "lr_warmup_fraction": "warmup",
-    "override_opt_param_scheduler": "override_lr_scheduler",
-    "tensor_model_parallel_size": "model_parallel_size",
-    "pipeline_model_parallel_size": "pipe_parallel_size",
-    "norm_epsilon": "layernorm_epsilon",
-}
-MEGATRON_OWN = {  # read by the Megatron mapping itself
-    "lr",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_eps",
-    "bf16",
-    "fp16",
-    "untie_embeddings_and_output_weights",
-    "phase_transition_iterations",
-    "exit_signal_handler",
-    "exit_signal",
-}
-
-
-class ConfigError(UserError, ValueError):
-    """A config the reference trainer cannot run as GPT-NeoX would; the message names the key."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """The model's shape (GPT-NeoX key names and defaults)."""
-
-    vocab_size: int  # padded to make_vocab_size_divisible_by, as GPT-NeoX does
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    seq_length: int
-    max_position_embeddings: int
-    tied: bool = True
-    attention_dropout: float = 0.0
-    hidden_dropout: float = 0.0
-    norm: str = "layernorm"  # or rmsnorm
-    norm_epsilon: float = 1e-5  # layernorm_epsilon or rms_norm_epsilon, by norm
-    pos_emb: str = "learned"  # or rotary, none
-    rotary_pct: float = 1.0
-    rotary_emb_base: int = 10000
-    activation: str = "gelu"  # or swiglu
-    intermediate_size: int | None = None
-    mlp_multiple_of: int = 1
-    num_kv_heads: int | None = None
-    attn_bias: bool = True  # use_bias_in_attn_linear
-    mlp_bias: bool = True  # use_bias_in_mlp
-    norm_bias: bool = True  # use_bias_in_norms (LayerNorm only)
-    init_method_std: float = 0.02
-
-    @property
-    def kv_heads(self) -> int:
-        return self.num_kv_heads or self.num_attention_heads
-
-    @property
-    def rotary(self) -> bool:
-        return self.pos_emb == "rotary"
-
-    def _ffn(self) -> tuple[int, int]:
-        """GPT-NeoX's ParallelMLP sizes: ``linear1``'s output and ``linear2``'s input."""
-        ffn = self.intermediate_size or 4 * self.hidden_size
-        ffn_in = ffn
-        if self.activation == "swiglu":
-            ffn = int(ffn * 2 / 3)
-            ffn_in = ffn // 2
-        m = self.mlp_multiple_of
-        return 2 * m * math.ceil(ffn / (2 * m)), m * math.ceil(ffn_in / m)
-
-    @property
-    def ffn_size(self) -> int:
-        return self._ffn()[0]
-
-    @property
-    def ffn_in_size(self) -> int:
-        return self._ffn()[1]
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything the trainer reads from the config (GPT-NeoX's defaults where a key is missing)."""
-
-    path: str
-    name: str
-    train_paths: list[str]
-    train_weights: list[float]
-    valid_paths: list[str]
-    valid_weights: list[float]
-    seq_length: int
-    pack_impl: str
-    batch: int
-    micro: int
-    accumulation: int
-    data_parallel: int
-    train_iters: int
-    offset: int
-    lr: float
-    betas: tuple[float, float]
-    eps: float
-    min_lr: float
-    decay_style: str
-    warmup: float
-    override_lr_scheduler: bool
-    weight_decay: float
-    clipping: float
-    checkpoint_factor: int | None
-    extra_save_iters: tuple[int, ...]
-    exit_interval: int | None
-    save: str | None
-    load: str | None
-    finetune: bool
-    seed: int
-    eval_interval: int | None
-    eval_iters: int
-    log_interval: int
-    precision: str  # as given: fp32, bf16/bfloat16, fp16
-    zero_stage: int
-    backend: str | None
-    vocab_file: str
-    model: ModelConfig
-    eod_id: int
-    tokenizer: tuple[str, str | None] = ("SPMTokenizer", None)  # GPT-NeoX's tokenizer_type, merge_file
-    not_implemented: list[str] = field(default_factory=list)
-    trainer: str = "neox"  # whose config, checkpoint layout and exit rules: neox or megatron
-    keep_last: int | None = None  # GPT-NeoX's keep_last_n_checkpoints
-    phase_transitions: tuple[int, ...] = ()  # Megatron-LM: save and exit there
-    save_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)  # signals that save and exit
-
-    @property
-    def end(self) -> int:
-        """The global iteration the pack ends at."""
-        return self.offset + self.train_iters
-
-
-def read_yaml(paths: Sequence[str]) -> dict[str, Any]:
-    """The configs merged as ``NeoXArgs.from_ymls`` merges them: keys with ``-`` normalised to ``_``, a key
-    repeated across files refused, a key GPT-NeoX does not know refused."""
-    merged: dict[str, Any] = {}
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
-        for key, value in data.items():
-            if key in merged:
-                raise ConfigError(
-                    f"Conf file {path} has the following duplicate keys with previously loaded file: {key} "
-                    "(GPT-NeoX's NeoXArgs.from_ymls refuses it too)"
-                )
-            merged[str(key).replace("-", "_")] = value
-    spec = lint.trainer_keys("neox")
-    unknown = sorted(set(merged) - set(spec["keys"]) - set(spec["fork_only"]))
-    if unknown:
-        raise ConfigError(
-            f"{', '.join(paths)}: {', '.join(unknown)}: not GPT-NeoX keys (NeoXArgs fails on them: "
-            "unexpected keyword argument)"
-        )
-    return merged
-
-
-def read_megatron(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Megatron-LM arguments file as (the GPT-NeoX keys it maps to, the Megatron-only settings)."""
-    with open(path, encoding="utf-8") as f:
-        tokens = shlex.split(f.read(), comments=True)
-    given: dict[str, Any] = {}
-    dest = None
-    for token in tokens:
-        if token.startswith("--"):
-            dest = lint.dest_of(token)
-            if dest is None:
-                raise ConfigError(f"{path}: Megatron-LM's parse_args: unrecognized arguments: {token}")
-            given[dest] = True
-        elif dest is None:
-            raise ConfigError(f"{path}: {token!r} is not a --flag or a flag's value")
-        else:
-            value: Any = token
-            for kind in (int, float):
-                try:
-                    value = kind(token)
-                    break
-                except ValueError:
-                    continue
-            previous = given[dest]
-            given[dest] = (
-                value
-                if previous is True
-                else [*(previous if isinstance(previous, list) else [previous]), value]
-            )
-    raw = {MEGATRON_TO_NEOX.get(k, k): v for k, v in given.items() if k not in MEGATRON_OWN}
-    for key in ("train_data_paths", "valid_data_paths"):
-        if key in raw and not isinstance(raw[key], list):
-            raw[key] = [raw[key]]
-    raw["optimizer"] = {
-        "type": "Adam",
-        "params": {
-            "lr": given.get("lr"),
-            "betas": [float(given.get("adam_beta1", 0.9)), float(given.get("adam_beta2", 0.999))],
-            "eps": float(given.get("adam_eps", 1e-8)),
-        },
-    }
-    raw["precision"] = "bf16" if given.get("bf16") else "fp16" if given.get("fp16") else "fp32"
-    raw["no_weight_tying"] = bool(given.get("untie_embeddings_and_output_weights"))
-    raw.setdefault("lr_decay_style", "linear")
-    raw.setdefault("warmup", 0.0)
-    transitions = tuple(
-        sorted(int(t) for t in str(given.get("phase_transition_iterations") or "").split(",") if t)
-    )
-    end = int(given.get("train_iters") or 0)
-    offset = max([t for t in transitions if t < end], default=0)
-    raw["iteration_offset"], raw["train_iters"] = offset, end - offset
-    exit_signal = given.get("exit_signal", "SIGTERM")
-    exit_signal = signal.Signals[exit_signal] if isinstance(exit_signal, str) else signal.Signals(exit_signal)
-    megatron = {
-        "phase_transitions": transitions,
-        "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
-        "tokenizer_type": given.get("tokenizer_type"),
-    }
-    return raw, megatron
 
 
 def _int(raw: dict[str, Any], key: str, default: int | None = None, minimum: int | None = 0) -> int | None:
@@ -394,11 +156,6 @@ def batch_layout(raw: dict[str, Any], world_size: int) -> tuple[int, int, int]:
     return batch, micro, acc
 
 
-MEGATRON_TOKENIZERS = {  # Megatron-LM's tokenizer_type -> the GPT-NeoX one the reference reads it as
-    "GPTSentencePieceTokenizer": "SPMTokenizer",
-    "HuggingFaceTokenizer": "HFTokenizer",
-    "GPT2BPETokenizer": "GPT2BPETokenizer",
-}
 TOKENIZER_TYPES = ("SPMTokenizer", "HFTokenizer", "GPT2BPETokenizer")
 
 
@@ -556,9 +313,9 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     if path.endswith(".args"):
         if len(paths) > 1:
             raise ConfigError(f"{', '.join(paths)}: Megatron-LM takes one arguments file")
-        raw, megatron = read_megatron(path)
+        raw, megatron = megatron_config.read_megatron(path)
     else:
-        raw = read_yaml(paths)
+        raw = neox_config.read_yaml(paths)
     for key in ("pipe_parallel_size", "model_parallel_size"):
         if int(raw.get(key) or 1) != 1:
             raise ConfigError(f"{key}: {raw[key]}: the reference trainer is data parallel only (1)")
@@ -571,11 +328,7 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
     if decay not in DECAY_STYLES:
         raise ConfigError(f"lr_decay_style: {decay}: implemented are {', '.join(DECAY_STYLES)}")
     if megatron:
-        given = str(megatron.get("tokenizer_type"))
-        if given not in MEGATRON_TOKENIZERS:
-            known = ", ".join(MEGATRON_TOKENIZERS)
-            raise ConfigError(f"--tokenizer-type {given}: the reference reads {known}")
-        raw["tokenizer_type"] = MEGATRON_TOKENIZERS[given]
+        raw["tokenizer_type"] = megatron_config.neox_tokenizer(megatron.get("tokenizer_type"))
     notes, precision, stage = _check_values(raw, bf16)
     unknown = sorted(set(raw) - IMPLEMENTED)
     if unknown:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workflow_scripts.train.reference.config import ModelConfig
+from workflow_scripts.train.reference.run_config import ModelConfig
 
 
 class RMSNorm(nn.Module):

@@ -40,8 +40,9 @@ from workflow_scripts.core import train_layout
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference import engine as dist_engine
-from workflow_scripts.train.reference.config import RunConfig, load_config, tokenizer_ids
+from workflow_scripts.train.reference.config import load_config, tokenizer_ids
 from workflow_scripts.train.reference.metrics import Metrics
+from workflow_scripts.train.reference.run_config import RunConfig
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
