@@ -51,7 +51,7 @@ import numpy as np
 import orjson
 from harness import Measured
 
-from workflow_scripts.tokens.byte_memo import LLAMA3_SPLIT
+from workflow_scripts.tokens.engines.byte_memo import LLAMA3_SPLIT
 
 WORK = harness.WORK / "tokenize_bpe"
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>"]

@@ -182,18 +182,17 @@ def check_identity(prefix: Path, model: Path, batches: list[list[str]], workers:
 
 def profile(model: Path, batches: list[list[str]], mb: float) -> list[dict[str, Any]]:
     """cProfile of the fast encoder in this process over about ``mb`` MB: the top functions by own time."""
-    from workflow_scripts.tokens import fast_encode
-    from workflow_scripts.tokens.tokenizer import Tokenizer
+    from workflow_scripts.tokens.engines import sp_memo
+    from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 
-    tokenizer = Tokenizer(model)
-    plan, _ = tokenizer.fast_plan
+    plan, _ = sp_memo.plan(SentencePieceTokenizer(model).model)
     assert plan is not None
-    encoder = fast_encode.FastEncoder(plan, 1, 1_000_000, 64)
+    encoder = sp_memo.SpUnits(plan, 1, 1_000_000, 64)
     take = max(1, int(mb / BATCH_MB))
     prof = cProfile.Profile()
     prof.enable()
     for batch in batches[:take]:
-        encoder.encode_flat(batch)
+        encoder.encode(batch)
     prof.disable()
     out = io.StringIO()
     stats = pstats.Stats(prof, stream=out)

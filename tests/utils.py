@@ -18,7 +18,7 @@ import zstandard
 
 from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
-from workflow_scripts.tokens.byte_memo import LLAMA3_SPLIT
+from workflow_scripts.tokens.engines.byte_memo import LLAMA3_SPLIT
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ["Snakefile", "rules", "config", "workflow_scripts", "profiles", "envs", "report"]

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
-from workflow_scripts.core.cli import run
+from workflow_scripts.core.cli import UserError, run
 
 
 class Command(NamedTuple):
@@ -39,7 +39,10 @@ COMMANDS: dict[str, Command] = {
     "dedup-cluster": _c("dedup.cluster", "dedup step 3: clusters of all pairs, one assignment per shard"),
     "dedup-filter": _c("dedup.filter", "dedup step 4: one shard's kept and removed documents"),
     "dedup-report": _c("dedup.report", "dedup step 5: the stage's stats.json and report.json"),
-    "train-tokenizer": _c("tokens.train_tokenizer", "train a SentencePiece model on shards"),
+    "train-tokenizer": _c(
+        "tokens.train_tokenizer",
+        "train a tokenizer on shards (SentencePiece, or a byte-level BPE tokenizer.json)",
+    ),
     "tokenize": _c("tokens.encode", "one shard -> Megatron {prefix}_text_document.bin/.idx", quick_exit=True),
     "import-tokenized": _c(
         "tokens.imported", "verify a .bin/.idx made elsewhere and link it for the count stage"
@@ -97,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # no other command uses numpy's BLAS, whose idle pool spins for a tenth of a CPU second at import,
         # beside the command's own threads
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    entry = getattr(importlib.import_module(command.module), command.function)
+    try:
+        entry = getattr(importlib.import_module(command.module), command.function)
+    except UserError as err:  # a compiled extension not built (core.compiled)
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
     return run(prog, entry, rest)
 
 

@@ -161,7 +161,7 @@ def test_a_tokenizer_json_encodes_as_the_trainers_own_preprocessing(
         got = ours(bpe_corpus, model, tmp_path / engine, "--engine", engine)
         assert got == read(f"{theirs}_text_document"), engine
     from workflow_scripts.core.indexed_dataset import IndexedDataset
-    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+    from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer
 
     tok = HFTokenizer(model)
     docs = IndexedDataset(f"{tmp_path / 'ours'}_text_document")

@@ -23,12 +23,14 @@ from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype
 from workflow_scripts.tokens import encode as tok
 from workflow_scripts.tokens import inspection as inspect_tool
 from workflow_scripts.tokens import reader as reader_module
-from workflow_scripts.tokens import tokenizer as tokenizer_module
 from workflow_scripts.tokens import train_tokenizer
+from workflow_scripts.tokens.engines import base, choose
+from workflow_scripts.tokens.engines.base import Encoded, TokenizerError
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.framing import resolve_settings
 from workflow_scripts.tokens.reader import prefetch
+from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
-from workflow_scripts.tokens.tokenizer import Tokenizer, TokenizerError
 
 WORDS = {lang: ALL_WORDS[lang] for lang in ("en", "ru", "zh", "ja")}
 USER, ASSISTANT = "<<<|user|>>>", "<<<|assistant|>>>"
@@ -70,11 +72,11 @@ def model(corpus: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tokenizer(model: Path) -> Tokenizer:
-    return Tokenizer(model)
+def tokenizer(model: Path) -> SentencePieceTokenizer:
+    return SentencePieceTokenizer(model)
 
 
-def run_tokenize(tokenizer: Tokenizer, src: Path, out: Path, **kwargs) -> tuple[dict, str]:
+def run_tokenize(tokenizer: SentencePieceTokenizer, src: Path, out: Path, **kwargs) -> tuple[dict, str]:
     workers = kwargs.pop("workers", 1)
     batch_bytes = kwargs.pop("batch_bytes", 1 << 20)
     settings = resolve_settings(tokenizer, **kwargs)
@@ -144,7 +146,7 @@ def test_training_without_text_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
 # --- token lookup -----------------------------------------------------------------------------------------
 
 
-def foreign_model(corpus: list[Path], path: Path, **options: object) -> Tokenizer:
+def foreign_model(corpus: list[Path], path: Path, **options: object) -> SentencePieceTokenizer:
     """A SentencePiece model trained elsewhere: SentencePiece's own defaults plus ``options``."""
     lines = [json.loads(line)["text"] for line in corpus[0].read_text(encoding="utf-8").splitlines()]
     spm.SentencePieceTrainer.train(
@@ -155,7 +157,7 @@ def foreign_model(corpus: list[Path], path: Path, **options: object) -> Tokenize
         minloglevel=2,
         **options,
     )
-    return Tokenizer(path.with_suffix(".model"))
+    return SentencePieceTokenizer(path.with_suffix(".model"))
 
 
 @pytest.mark.parametrize(
@@ -186,11 +188,11 @@ def test_eod_rule_refuses_a_model_without_eod(corpus: list[Path], tmp_path: Path
     assert tokenizer.eod("id:1")[0] == 1
 
 
-def test_eod_rule_on_the_trained_model(tokenizer: Tokenizer) -> None:
+def test_eod_rule_on_the_trained_model(tokenizer: SentencePieceTokenizer) -> None:
     assert tokenizer.eod()[0] == tokenizer.sp.eos_id() == tokenizer.token_id("<|endoftext|>")
 
 
-def test_token_lookup_validates(tokenizer: Tokenizer) -> None:
+def test_token_lookup_validates(tokenizer: SentencePieceTokenizer) -> None:
     assert tokenizer.token_id("<|endoftext|>") == tokenizer.sp.piece_to_id("<|endoftext|>") > 2
     assert tokenizer.token_id("id:7") == 7
     assert tokenizer.token_id("<unk>") == tokenizer.sp.unk_id()
@@ -216,7 +218,7 @@ ROUND_TRIP = [
 ]
 
 
-def test_round_trip_eod_and_bos(tokenizer: Tokenizer, tmp_path: Path) -> None:
+def test_round_trip_eod_and_bos(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(ROUND_TRIP)])
     stats, prefix = run_tokenize(tokenizer, src, tmp_path / "out", eod="<|endoftext|>", bos="<s>")
     eod, bos = tokenizer.token_id("<|endoftext|>"), tokenizer.token_id("<s>")
@@ -233,7 +235,7 @@ def test_round_trip_eod_and_bos(tokenizer: Tokenizer, tmp_path: Path) -> None:
 
 
 def test_output_independent_of_batching_workers_and_numpy_path(
-    tokenizer: Tokenizer, corpus: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: SentencePieceTokenizer, corpus: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reference, prefix = run_tokenize(tokenizer, corpus[0], tmp_path / "a", eod="<|endoftext|>")
     expected = [Path(prefix + ext).read_bytes() for ext in (".bin", ".idx", ".stats.json")]
@@ -257,7 +259,7 @@ def test_output_independent_of_batching_workers_and_numpy_path(
     }
 
 
-def test_every_reject_reason(tokenizer: Tokenizer, tmp_path: Path) -> None:
+def test_every_reject_reason(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
     long_text = "the quick brown fox jumps over the lazy dog " * 20
     records: list[dict | bytes] = [
         {"id": "ok", "text": long_text},
@@ -301,16 +303,23 @@ def test_every_reject_reason(tokenizer: Tokenizer, tmp_path: Path) -> None:
 
 
 def test_text_that_encodes_to_nothing_is_empty(
-    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: SentencePieceTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = tokenizer.encode_flat
+    real = choose.choose
 
-    def drop_second(texts, threads):
-        flat, lengths = real(texts, threads)
-        keep = np.repeat(np.arange(len(texts)) != 1, lengths)
-        return flat[keep], np.where(np.arange(len(texts)) == 1, 0, lengths)
+    def chosen(tokenizer: SentencePieceTokenizer, options: TokenizeSettings) -> base.Encoder:
+        encoder = real(tokenizer, options)
+        encode = encoder.encode
 
-    monkeypatch.setattr(tokenizer, "encode_flat", drop_second)
+        def drop_second(texts, utf8=None, specials=True):
+            encoded = encode(texts, utf8, specials)
+            keep = np.repeat(np.arange(len(texts)) != 1, encoded.lengths)
+            return Encoded(encoded.ids[keep], np.where(np.arange(len(texts)) == 1, 0, encoded.lengths))
+
+        encoder.encode = drop_second
+        return encoder
+
+    monkeypatch.setattr(choose, "choose", chosen)
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": f"doc {i}"} for i in range(3)])
     stats, prefix = run_tokenize(tokenizer, src, tmp_path / "out")
     assert stats["rejected"]["empty_text"] == 1 and stats["docs_out"] == 2
@@ -320,7 +329,7 @@ def test_text_that_encodes_to_nothing_is_empty(
     ]
 
 
-def test_sft_markers_become_control_ids(tokenizer: Tokenizer, tmp_path: Path) -> None:
+def test_sft_markers_become_control_ids(tokenizer: SentencePieceTokenizer, tmp_path: Path) -> None:
     text = f"{USER}Translate: hello{USER}\n{ASSISTANT}Sveiki{ASSISTANT}"
     records = [{"id": "chat", "text": text}, {"id": "plain", "text": "no markers here"}]
     src = write_jsonl(tmp_path / "in.jsonl", records)
@@ -354,7 +363,7 @@ def test_marker_specs_and_splitting() -> None:
 
 
 def test_vocabulary_over_65500_writes_int32(
-    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: SentencePieceTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert best_dtype(65499) == np.uint16 and best_dtype(65500) == np.int32
     monkeypatch.setattr(tokenizer, "vocab_size", 70000)
@@ -366,7 +375,7 @@ def test_vocabulary_over_65500_writes_int32(
 
 
 def test_cli_megatron_names_and_zst_input(
-    tokenizer: Tokenizer, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tokenizer: SentencePieceTokenizer, model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src = tmp_path / "en_web_cc_split_0001.jsonl.zst"
     src.write_bytes(zstandard.ZstdCompressor().compress(b'{"id": 1, "text": "hello world"}\n'))
@@ -429,7 +438,9 @@ def test_prefetch_reraises_producer_errors() -> None:
 # --- inspection --------------------------------------------------------------------------------------------
 
 
-def test_inspect_shows_text_pieces_ids_and_counts(tokenizer: Tokenizer, model: Path, tmp_path: Path) -> None:
+def test_inspect_shows_text_pieces_ids_and_counts(
+    tokenizer: SentencePieceTokenizer, model: Path, tmp_path: Path
+) -> None:
     src = write_jsonl(
         tmp_path / "in.jsonl", [{"id": 1, "text": "hello world"}, {"id": 2, "text": "river stone"}]
     )
@@ -470,20 +481,22 @@ LONG_TEXTS = [
     ],
 )
 def test_long_documents_encode_in_pieces_to_the_same_ids(
-    tokenizer: Tokenizer,
+    tokenizer: SentencePieceTokenizer,
     corpus: list[Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     options: dict | None,
 ) -> None:
     model = tokenizer if options is None else foreign_model(corpus, tmp_path / "m", **options)
-    monkeypatch.setattr(tokenizer_module, "LONG_CHARS", 37)
+    monkeypatch.setattr(base, "LONG_CHARS", 37)
+    library = choose.choose(model, TokenizeSettings(fast_encode=False, threads=1))
     for text in LONG_TEXTS:
         before = model.unsafe_cuts
         pieces = list(model.pieces(text, 37))
         unsafe = model.unsafe_cuts - before
         assert len(pieces) > 5 and max(map(len, pieces)) <= 37
-        flat, lengths = model.encode_flat([text, "short one"], 1)
+        encoded = library.encode([text, "short one"])
+        flat, lengths = encoded.ids, encoded.lengths
         if unsafe == 0:
             assert flat[: lengths[0]].tolist() == model.sp.encode(text), (options, text[:40])
         elif model.splits_safely:  # only where 37 characters pass without a space after a non-space
@@ -494,13 +507,13 @@ def test_long_documents_encode_in_pieces_to_the_same_ids(
 
 
 def test_a_long_document_streams_to_the_same_bytes(
-    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tokenizer: SentencePieceTokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     texts = ["short first", *LONG_TEXTS[:3], "x y", LONG_TEXTS[0]]  # texts with spaces: safe cuts only
     records = [{"id": i, "text": t} for i, t in enumerate(texts)]
     src = write_jsonl(tmp_path / "in.jsonl", records)
     _, prefix = run_tokenize(tokenizer, src, tmp_path / "whole", eod="auto", batch_bytes=100)
-    for module in (tokenizer_module, reader_module):  # the encoder and the batches' long-document check
+    for module in (base, reader_module):  # the encoder and the batches' long-document check
         monkeypatch.setattr(module, "LONG_CHARS", 37)
     _, streamed = run_tokenize(tokenizer, src, tmp_path / "pieces", eod="auto", bos="<s>", batch_bytes=100)
     pieces_again, again = run_tokenize(tokenizer, src, tmp_path / "again", eod="auto", batch_bytes=100)

@@ -14,7 +14,7 @@ from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import count, imported, sources
-from workflow_scripts.tokens.tokenizer import Tokenizer
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 
 
 def hand_built(prefix: Path, documents: list[list[list[int]]], code: int = 8) -> Path:
@@ -59,7 +59,9 @@ def test_prefix_from_the_tokenize_cli_imports_and_counts(model: Path, tmp_path: 
     ]
     assert snakepack(["tokenize", *argv]) == 0
     out = tmp_path / "tok" / "en_books_old_split_prev-0000_text_document"
-    stats = imported.import_prefix(f"{made}_text_document", str(out), Tokenizer(model), "auto", None)
+    stats = imported.import_prefix(
+        f"{made}_text_document", str(out), SentencePieceTokenizer(model), "auto", None
+    )
     assert os.path.islink(f"{out}.bin") and not os.path.isabs(os.readlink(f"{out}.bin"))
     assert (
         IndexedDataset(out).document(4).tolist()
@@ -76,11 +78,11 @@ def test_prefix_from_the_tokenize_cli_imports_and_counts(model: Path, tmp_path: 
         "old",
         "prev-0000",
     )
-    assert entry["identity"]["tokenizer"]["eod_id"] == Tokenizer(model).sp.eos_id()
+    assert entry["identity"]["tokenizer"]["eod_id"] == SentencePieceTokenizer(model).sp.eos_id()
 
 
 def test_hand_built_index_with_sequences_and_checks(model: Path, tmp_path: Path) -> None:
-    tokenizer = Tokenizer(model)
+    tokenizer = SentencePieceTokenizer(model)
     eod, bos = tokenizer.sp.eos_id(), tokenizer.sp.bos_id()
     docs = [[[bos, 10, 11], [12, eod]], [[bos, 20, eod]], [[bos, 30, 31, 32, eod]]]
     prefix = hand_built(tmp_path / "hand", docs)

@@ -12,8 +12,9 @@ import pytest
 from tests.utils import byte_level_bpe, gpt2_pair, write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.tokens import train_tokenizer
+from workflow_scripts.tokens.engines import choose
 from workflow_scripts.tokens.kinds import TokenizerFiles, TokenizerKindError, merges_beside
-from workflow_scripts.tokens.settings import EOD_PIECE
+from workflow_scripts.tokens.settings import EOD_PIECE, TokenizeSettings
 
 TEXTS = ["The data of Rīga läuft über 東京. x.y  z!!\n spaces\tand\ttabs 12345 🙂 done"] * 20
 
@@ -66,7 +67,8 @@ def test_hf_bpe_training_is_deterministic_reserves_the_control_tokens_and_round_
     tok = TokenizerFiles.resolve(str(tmp_path / "a" / "tokenizer.json")).load()
     assert [tok.piece(i) for i in (0, 1)] == [EOD_PIECE, "<|user|>"]
     assert tok.eod() == (0, f"auto: the tokenizer has '{EOD_PIECE}'") and tok.eos_token() == EOD_PIECE
-    ids, lengths = tok.encode_flat(TEXTS[:2], 1)
+    encoded = choose.choose(tok, TokenizeSettings(fast_encode=False, threads=1)).encode(TEXTS[:2])
+    ids, lengths = encoded.ids, encoded.lengths
     assert tok.specials == ([], []) and len(lengths) == 2
     assert tok.render(ids[: lengths[0]].tolist()) == TEXTS[0]  # byte-level: lossless
     with pytest.raises(SystemExit):

@@ -135,11 +135,15 @@ def test_the_scanner_reads_what_orjson_and_classify_read(
         taken.append(len(result[3]))
         return result
 
+    def stops(block: object, pos: int, line: int, *rest: object) -> tuple[object, ...]:
+        """A scanner that takes nothing: every line is ``classify``'s."""
+        return pos, line, True, [], [], b"", b"", b"" if rest[-2] else None
+
     for size, block in ((1 << 20, 1 << 20), (700, 64)):  # small batches, lines longer than a read
         monkeypatch.setattr(reader, "BLOCK", block)
         monkeypatch.setattr(reader, "scan", counted)
         scanned = batches(path, settings, size, utf8)
-        monkeypatch.setattr(reader, "scan", None)
+        monkeypatch.setattr(reader, "scan", stops)
         assert batches(path, settings, size, utf8) == scanned
     assert sum(taken) > (0 if sft else 300)  # the scanner's own
 

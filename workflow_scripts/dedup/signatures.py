@@ -17,21 +17,25 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import xxhash
 
-from workflow_scripts.core import naming, settings
+from workflow_scripts.core import compiled, naming, settings
 from workflow_scripts.core.fsio import temp_sibling
 from workflow_scripts.core.progress import Progress
-from workflow_scripts.dedup import _shingle
 from workflow_scripts.dedup.params import DedupParams
 from workflow_scripts.dedup.settings import DedupError, DedupSettings
 from workflow_scripts.dedup.shards import iter_lines
 from workflow_scripts.dedup.store import StoreWriter, write_store
 from workflow_scripts.dedup.text import Shingler, exact_hashes, fmix64
+
+if TYPE_CHECKING:
+    from workflow_scripts.dedup import _shingle
+else:
+    _shingle = compiled.load("workflow_scripts.dedup._shingle")
 
 U64 = np.uint64
 BATCH_DOCS = 2048

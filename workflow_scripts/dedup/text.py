@@ -19,17 +19,18 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from unicodedata import normalize
 
 import numpy as np
 import xxhash
 
-from workflow_scripts.core import cache
+from workflow_scripts.core import cache, compiled
 
-try:
+if TYPE_CHECKING:
     from workflow_scripts.dedup import _shingle
-except ImportError as exc:  # a checkout used without its install
-    raise ImportError(f"dedup/_shingle.c is not built ({exc}): run pip install -e .") from None
+else:
+    _shingle = compiled.load("workflow_scripts.dedup._shingle")
 
 U64 = np.uint64
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from workflow_scripts.dedup import _shingle
+from workflow_scripts.core import compiled
+
+if TYPE_CHECKING:
+    from workflow_scripts.dedup import _shingle
+else:
+    _shingle = compiled.load("workflow_scripts.dedup._shingle")
+
 
 U64 = np.uint64
 

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from workflow_scripts.core import compiled
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
-from workflow_scripts.tokens import _ids
+from workflow_scripts.tokens.engines.base import Encoded, Encoder, Tokenizer, TokenizerError
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
-from workflow_scripts.tokens.tokenizer import TokenizerError
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer
+    from workflow_scripts.tokens import _ids
+else:
+    _ids = compiled.load("workflow_scripts.tokens._ids")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class RecordSettings:
 
 
 def resolve_settings(
-    tokenizer: AnyTokenizer,
+    tokenizer: Tokenizer,
     *,
     json_key: str = "text",
     eod: str | None = None,
@@ -71,19 +73,16 @@ def resolve_settings(
 
 
 def encode_sft(
-    tokenizer: AnyTokenizer,
-    splitter: MarkerSplitter,
-    marker_ids: Mapping[str, int],
-    texts: Sequence[str],
-    threads: int,
-) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Encode SFT texts: spans between markers batched through the tokenizer, markers as their ids. Also
-    the texts (indices) with a span that the tokenizer's engine left to its library."""
+    encoder: Encoder, splitter: MarkerSplitter, marker_ids: Mapping[str, int], texts: Sequence[str]
+) -> Encoded:
+    """Encode SFT texts: spans between markers batched through the encoder, markers as their ids; with the
+    texts (indices) that have a span the encoder's engine left to its library."""
     layouts = [splitter.split(t) for t in texts]
     owners = [d for d, layout in enumerate(layouts) for _, is_marker in layout if not is_marker]
     spans = [part for layout in layouts for part, is_marker in layout if not is_marker]
-    flat, span_lengths = tokenizer.encode_flat(spans, threads, specials=False)  # markers frame the spans
-    routed = sorted({owners[k] for k in tokenizer.last_routed})
+    encoded = encoder.finish(spans, encoder.encode(spans, specials=False))  # markers frame the spans
+    flat, span_lengths = encoded.ids, encoded.lengths
+    routed = sorted({owners[k] for k in encoded.routed})
     ends = np.cumsum(span_lengths)
     pieces: list[np.ndarray] = []
     lengths = np.zeros(len(texts), np.int64)
@@ -97,7 +96,7 @@ def encode_sft(
                 k += 1
             pieces.append(piece)
             lengths[d] += len(piece)
-    return (np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths, routed
+    return Encoded((np.concatenate(pieces) if pieces else np.empty(0, np.int32)), lengths, routed)
 
 
 def frame(
@@ -123,7 +122,7 @@ def frame(
 
 
 def write_long(
-    builder: IndexedDatasetBuilder, tokenizer: AnyTokenizer, text: str, settings: RecordSettings
+    builder: IndexedDatasetBuilder, tokenizer: Tokenizer, text: str, settings: RecordSettings
 ) -> tuple[int, int]:
     """Encode and write one long document piece by piece, never holding all its ids: ``(tokens written,
     text tokens)``; nothing is written (0) if it has fewer than ``min_tokens`` text tokens."""

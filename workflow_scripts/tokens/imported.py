@@ -38,7 +38,7 @@ from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.tokens.reader import REASONS
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer
+    from workflow_scripts.tokens.engines.base import Tokenizer
 
 TOKEN_CHUNK = 1 << 24  # tokens checked per step (64 MB of int32)
 DOC_CHUNK = 1 << 22  # documents checked per step
@@ -94,9 +94,7 @@ def _relative_link(target: str, link: str) -> None:
     os.replace(tmp, link)
 
 
-def import_prefix(
-    source: str, output_prefix: str, tokenizer: AnyTokenizer, eod: str, bos: str | None
-) -> dict:
+def import_prefix(source: str, output_prefix: str, tokenizer: Tokenizer, eod: str, bos: str | None) -> dict:
     """Verify ``source`` against ``tokenizer``; link it as ``output_prefix``; write and return its stats."""
     summary = verify(source)
     ds = IndexedDataset(source)

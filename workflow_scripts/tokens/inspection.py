@@ -24,7 +24,7 @@ from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import kinds
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer
+    from workflow_scripts.tokens.engines.base import Tokenizer
 
 
 def strip_suffix(prefix: str) -> str:
@@ -39,7 +39,7 @@ def document_token_counts(ds: IndexedDataset) -> np.ndarray:
     return ends[ds.doc_idx[1:]] - ends[ds.doc_idx[:-1]]
 
 
-def format_document(index: int, ids: np.ndarray, tokenizer: AnyTokenizer | None) -> Iterator[str]:
+def format_document(index: int, ids: np.ndarray, tokenizer: Tokenizer | None) -> Iterator[str]:
     """The lines that show one document."""
     token_ids = [int(i) for i in ids]
     yield f"=== document {index}: {len(token_ids)} tokens ==="
@@ -52,7 +52,7 @@ def format_document(index: int, ids: np.ndarray, tokenizer: AnyTokenizer | None)
     yield " ".join(map(str, token_ids))
 
 
-def show(ds: IndexedDataset, n: int, tokenizer: AnyTokenizer | None, out: TextIO) -> None:
+def show(ds: IndexedDataset, n: int, tokenizer: Tokenizer | None, out: TextIO) -> None:
     """Write the first ``n`` documents of ``ds`` to ``out``."""
     for d in range(min(n, ds.num_documents)):
         for line in format_document(d, ds.document(d), tokenizer):

@@ -25,13 +25,8 @@ import orjson
 
 from workflow_scripts.core.cli import UserError
 
-if TYPE_CHECKING:
-    from typing import TypeAlias
-
-    from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
-    from workflow_scripts.tokens.tokenizer import Tokenizer
-
-    AnyTokenizer: TypeAlias = Tokenizer | HFTokenizer
+if TYPE_CHECKING:  # not at run time: the rules read this module (no numpy, no tokenizer library)
+    from workflow_scripts.tokens.engines.base import Tokenizer
 
 KINDS = ("sentencepiece", "hf", "gpt2")
 
@@ -97,7 +92,7 @@ class TokenizerFiles:
         return cls(kind, model, merges or merges_beside(model))
 
     @classmethod
-    def of(cls, tokenizer: AnyTokenizer) -> TokenizerFiles:
+    def of(cls, tokenizer: Tokenizer) -> TokenizerFiles:
         """The files of a loaded tokenizer."""
         return cls(tokenizer.kind, tokenizer.path, tokenizer.merges)
 
@@ -114,13 +109,13 @@ class TokenizerFiles:
                 digests.append(hashlib.file_digest(f, "sha256").hexdigest())
         return digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode()).hexdigest()
 
-    def load(self) -> AnyTokenizer:
-        """The tokenizer, ready to encode."""
+    def load(self) -> Tokenizer:
+        """The tokenizer, ready to encode (``engines.choose`` picks its encoder)."""
         if self.kind == "sentencepiece":
-            from workflow_scripts.tokens.tokenizer import Tokenizer
+            from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 
-            return Tokenizer(self.model)
-        from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+            return SentencePieceTokenizer(self.model)
+        from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer
 
         return HFTokenizer.gpt2(self.model, self.merges) if self.kind == "gpt2" else HFTokenizer(self.model)
 

@@ -14,20 +14,23 @@ import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import orjson
 
+from workflow_scripts.core import compiled
 from workflow_scripts.core.fsio import open_binary
 from workflow_scripts.tokens.framing import RecordSettings
 from workflow_scripts.tokens.settings import LONG_CHARS
 from workflow_scripts.tokens.sft import MarkerSplitter
 
-try:
-    from workflow_scripts.tokens._jsonl import scan
-except ImportError:  # a checkout used without `pip install -e .` (or by another Python): classify reads all
-    scan = None
+if TYPE_CHECKING:
+    from workflow_scripts.tokens import _jsonl
+else:
+    _jsonl = compiled.load("workflow_scripts.tokens._jsonl")
+
+scan = _jsonl.scan
 
 REASONS = (
     "malformed_json",
@@ -168,18 +171,17 @@ def read_batches(
         for block in blocks(f, BLOCK):
             pos = 0
             while pos < len(block):
-                if scan is not None:
-                    start = pos
-                    limit = min(batch_bytes - batch.size, SCAN_BYTES)
-                    pos, line, stopped, texts, ids, lines, sizes, blob = scan(
-                        block, pos, line, key, markers, settings.sft, limit, utf8, LONG_CHARS
-                    )
-                    batch.add_scanned(texts, ids, lines, sizes, blob, pos - start)
-                    if batch.size >= batch_bytes:
-                        yield joined(batch, utf8)
-                        batch = Batch()
-                    if not stopped:
-                        continue
+                start = pos
+                limit = min(batch_bytes - batch.size, SCAN_BYTES)
+                pos, line, stopped, texts, ids, lines, sizes, blob = scan(
+                    block, pos, line, key, markers, settings.sft, limit, utf8, LONG_CHARS
+                )
+                batch.add_scanned(texts, ids, lines, sizes, blob, pos - start)
+                if batch.size >= batch_bytes:
+                    yield joined(batch, utf8)
+                    batch = Batch()
+                if not stopped:
+                    continue
                 newline = block.obj.find(b"\n", pos, len(block))  # in the buffer the block views
                 start, pos, line = pos, newline + 1 or len(block), line + 1
                 if add_line(batch, bytes(block[start:pos]), line, settings, splitter, utf8, batch_bytes):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer
+    from workflow_scripts.tokens.engines.base import Tokenizer
 
 EOD_PIECE = "<|endoftext|>"
 
@@ -21,7 +21,7 @@ TRAINER_TOKENIZERS = {  # (tokenizer kind, trainer) -> the trainer's tokenizer_t
 }
 
 
-def trainer_eod(tok: AnyTokenizer, trainer: str) -> tuple[int | None, str]:
+def trainer_eod(tok: Tokenizer, trainer: str) -> tuple[int | None, str]:
     """The EOD id ``trainer`` takes with ``tok`` and its rule: GPT-NeoX's tokenizers take
     ``<|endoftext|>`` (SentencePiece's ``piece_to_id`` gives ``<unk>`` without it); Megatron-LM's take the
     model's EOS (SentencePiece), the folder's ``eos_token`` (``HuggingFaceTokenizer``) or GPT-2's

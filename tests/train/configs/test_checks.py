@@ -10,7 +10,7 @@ import pytest
 from tests.train.configs.conftest import BASE, SEED_000, plan, signature, write
 from tests.utils import byte_level_bpe, gpt2_pair
 from workflow_scripts.core.schedule import ScheduleError
-from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train.configs.checks import ConfigError
 from workflow_scripts.train.configs.write import write_pack_config

@@ -51,7 +51,8 @@ from workflow_scripts.train.hf.logit_check import (
 from workflow_scripts.train.hf.start import NEOX_DEFAULTS, ModelImportError, read_config
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
+    from workflow_scripts.tokens.engines.base import Tokenizer
+    from workflow_scripts.tokens.kinds import TokenizerFiles
 
 TOKENIZER_FILES = (
     "tokenizer.model",
@@ -138,7 +139,7 @@ def write_weights(tensors: Iterable[tuple[str, torch.Tensor]], out: str, limit: 
     return index
 
 
-def write_tokenizer(out: str, tok: AnyTokenizer, hf_source: str | None, eod: int) -> str:
+def write_tokenizer(out: str, tok: Tokenizer, hf_source: str | None, eod: int) -> str:
     """The tokenizer files: the source model's, or the data's tokenizer as ``transformers`` saves it (see
     the module docstring); where they came from."""
     if hf_source and any(os.path.isfile(os.path.join(hf_source, f)) for f in TOKENIZER_FILES[1:3]):
@@ -163,7 +164,7 @@ def write_tokenizer(out: str, tok: AnyTokenizer, hf_source: str | None, eod: int
     return tok.path
 
 
-def tokenizer_differences(hf_dir: str, tok: AnyTokenizer, texts: Sequence[str]) -> list[str]:
+def tokenizer_differences(hf_dir: str, tok: Tokenizer, texts: Sequence[str]) -> list[str]:
     """The texts ``AutoTokenizer`` on ``hf_dir`` encodes otherwise than the data's tokenizer."""
     import transformers
 

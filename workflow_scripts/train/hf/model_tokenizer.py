@@ -21,7 +21,8 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.train.trainer_tokenizers import EOD_PIECE, trainer_eod
 
 if TYPE_CHECKING:
-    from workflow_scripts.tokens.kinds import AnyTokenizer, TokenizerFiles
+    from workflow_scripts.tokens.engines.base import Tokenizer
+    from workflow_scripts.tokens.kinds import TokenizerFiles
 
 SHOWN = 5  # differing ids named in the message
 
@@ -60,15 +61,15 @@ def hf_pieces(hf_dir: str, kind: str = "sentencepiece") -> tuple[str, Callable[[
         sp = spm.SentencePieceProcessor(model_file=path)
         return path, lambda i: sp.id_to_piece(i) if i < sp.get_piece_size() else None
     if path.endswith("tokenizer.json"):
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer as Backend
 
-        return path, Tokenizer.from_file(path).id_to_token
+        return path, Backend.from_file(path).id_to_token
     with open(path, encoding="utf-8") as f:
         tokens = {i: t for t, i in json.load(f).items()}
     return path, tokens.get
 
 
-def neox_eod(tok: AnyTokenizer) -> int:
+def neox_eod(tok: Tokenizer) -> int:
     """The end of document GPT-NeoX takes with ``tok`` (its ``SPMTokenizer``, ``HFTokenizer`` and
     ``GPT2BPETokenizer``: ``<|endoftext|>``), or a ``TokenizerMismatch`` saying the tokenizer lacks it."""
     eod, rule = trainer_eod(tok, "neox")

@@ -1,4 +1,4 @@
-"""The byte-level unit memo (tokens/byte_memo): the ``tokenizers`` library's ids on every text, added
+"""The byte-level unit memo (tokens/engines/byte_memo): the ``tokenizers`` library's ids on every text, added
 tokens that strip whitespace, the tokenizers it refuses, and the CLI's ``--engine memo``."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
 
-from tests.tokens.test_byte_engine import texts
+from tests.tokens.engines.test_byte_engines import chosen, framed, texts
 from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts.cli import main as snakepack
-from workflow_scripts.tokens import byte_memo
-from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+from workflow_scripts.tokens.engines import byte_memo
+from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer
 
 ODD = ["x y\n", " \n z", "a  b", "x\t y", "z\n\n w", "tail  ", "  lead", "q\u00a0 r", "s \u3000t"]
 ODD += ["u \u0301v", "1 234 5678"]
@@ -32,15 +32,17 @@ def library(tok: HFTokenizer, sample: list[str]) -> list[list[int]]:
 def test_the_memo_gives_the_librarys_ids_on_every_text(tok: HFTokenizer) -> None:
     special = tok.piece(0)
     sample = [*texts(2), *ODD, f"a {special} b", f"{special}x", f"x{special[:-1]} {special[1:]}"] * 2
-    with tok.fast_encoding(True, 2, 64, 8, engine="memo"):  # a small memo: its generations turn over
-        assert tok.memo is not None, tok.memo_note
-        ids, lengths = tok.encode_flat(sample, 2)
-        stats = tok.engine_stats(None, 0)["memo"]
+    encoder = chosen(
+        tok, "memo", memo_entries=64, memo_unit_chars=8
+    )  # a small memo: its generations turn over
+    assert isinstance(encoder, byte_memo.ByteUnitMemo), encoder.stats(0)
+    ids, lengths = framed(encoder.finish(sample, encoder.encode(sample)))
+    stats = encoder.stats(0)["memo"]
     got = np.split(ids, np.cumsum(lengths)[:-1])
     assert [g.tolist() for g in got] == library(tok, sample)
     assert stats["enabled"] and stats["docs_encoded_whole"] >= 4  # those spelling a special token, twice
     assert 0 < stats["units_encoded"] < stats["units"] and stats["memo_entries"] <= 64
-    assert tok.memo is None  # only inside the block
+    assert chosen(tok, "memo", fast=False).stats(0)["memo"]["enabled"] is False  # the tokenizer keeps no memo
 
 
 def test_added_tokens_that_strip_whitespace(tok: HFTokenizer, tmp_path: Path) -> None:
@@ -48,9 +50,9 @@ def test_added_tokens_that_strip_whitespace(tok: HFTokenizer, tmp_path: Path) ->
     backend.add_special_tokens([AddedToken("<both>", lstrip=True, rstrip=True)])
     stripping = HFTokenizer(tmp_path / "tokenizer.json", backend)
     sample = ["x <both> y", "x\t <both>\t y z", "<both> a", "a  <both>", *ODD]
-    with stripping.fast_encoding(True, 1, 1 << 10, 64, engine="memo"):
-        assert stripping.memo is not None, stripping.memo_note
-        ids, lengths = stripping.encode_flat(sample, 1)
+    encoder = chosen(stripping, "memo", 1, memo_entries=1 << 10, memo_unit_chars=64)
+    assert isinstance(encoder, byte_memo.ByteUnitMemo), encoder.stats(0)
+    ids, lengths = framed(encoder.encode(sample))
     assert [g.tolist() for g in np.split(ids, np.cumsum(lengths)[:-1])] == library(stripping, sample)
     for units in (
         [b"x\t", b" <both>", b" y", b" z"],  # joined, <both> would take the spaces around it

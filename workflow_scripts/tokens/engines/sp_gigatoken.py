@@ -1,15 +1,16 @@
-"""gigatoken as the encoder of a SentencePiece BPE model, used only where it gives SentencePiece's ids.
+"""gigatoken as the encoder of a SentencePiece BPE model (``SpGigatoken``), used only where it gives
+SentencePiece's ids.
 
 gigatoken reads a ``.model`` by converting it to a ``tokenizer.json`` (its own converter, the work of
 ``Tokenizer.from_sentencepiece``). It splits the text at the model's added pieces first: it reads a control
 piece spelled in text (``<s>``, ``</s>``, ``<|endoftext|>``) as that token, where SentencePiece keeps it
 text, and cuts the spaces around a user-defined piece otherwise. A document that spells an added piece is
-encoded by SentencePiece (``last_routed``). ``SpEngine.start`` takes only BPE models with byte
+encoded by SentencePiece (``Encoded.routed``). ``SpGigatoken.start`` takes only BPE models with byte
 fallback (what gigatoken reads) and without a character map (NFKC: gigatoken's reading of it differs on
-combining marks after spaces), and checks the model first on a probe (fast_encode's texts, added pieces
-written in text, odd whitespace, many scripts and seeded random code points); any difference keeps the
-unit memo. Converting and probing take about 0.3 s, so a model that passed keeps its converted form in
-the cache, per gigatoken and SentencePiece version, and later jobs load that.
+combining marks after spaces), and checks the model first on a probe (``probes``: the unit memo's texts,
+added pieces written in text, odd whitespace, many scripts and seeded random code points); any difference
+keeps the unit memo (``choose``). Converting and probing take about 0.3 s, so a model that passed keeps its
+converted form in the cache, per gigatoken and SentencePiece version, and later jobs load that.
 
 With one thread each document is one call to gigatoken (its pretoken cache lives as long as the process);
 with more, each batch is one call on gigatoken's own thread pool (threads of ours calling it per document
@@ -18,19 +19,22 @@ contend for that cache and run slower than one). Either way no Python object is 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import sentencepiece as spm
 
 from workflow_scripts.core import cache
-from workflow_scripts.tokens.byte_engine import flat, probe
-from workflow_scripts.tokens.fast_encode import PROBES
+from workflow_scripts.tokens.engines.base import Encoded, Encoder
+from workflow_scripts.tokens.engines.ids import flat, split
+from workflow_scripts.tokens.engines.probes import SP_PROBES, probe
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.model_proto import read_options
 
 
@@ -49,28 +53,27 @@ def added_tokens(data: str) -> list[str]:
     return [t["content"] for t in added]
 
 
-class SpEngine:
+class SpGigatoken(Encoder):
     """gigatoken over a SentencePiece BPE model; ``start`` says whether it is exact and why not."""
 
-    def __init__(self, impl: Any, version: str, sp: spm.SentencePieceProcessor, added: list[str]) -> None:
+    def __init__(self, tokenizer: SentencePieceTokenizer, impl: Any, version: str, added: list[str]) -> None:
+        super().__init__(tokenizer, 1, "")
         self.impl = impl
         self.name = f"gigatoken {version}"
-        self.sp = sp
         self.protect = re.compile("|".join(map(re.escape, added))) if added else None
-        self.last_routed: list[int] = []  # those of the last ``encode_flat`` (indices of its texts)
-        self.threads = 1
 
     @classmethod
-    def start(cls, model: bytes, sp: spm.SentencePieceProcessor) -> tuple[SpEngine | None, str]:
-        """The engine for ``model`` when it gives SentencePiece's ids on the probe, else None and why. A model
-        that passed keeps its converted form on disk (per gigatoken and SentencePiece version): a later start
-        loads that instead of converting and probing again."""
+    def start(cls, tokenizer: SentencePieceTokenizer) -> tuple[SpGigatoken | None, str]:
+        """The engine for ``tokenizer`` when it gives SentencePiece's ids on the probe, else None and why. A
+        model that passed keeps its converted form on disk (per gigatoken and SentencePiece version): a later
+        start loads that instead of converting and probing again."""
         try:
             import gigatoken
         except ImportError:
             return None, "gigatoken is not installed"
         from importlib import metadata  # here: a byte-level run never needs it (15 ms to import)
 
+        model, sp = tokenizer.model, tokenizer.sp
         version = metadata.version("gigatoken")
         versions = f"gigatoken-{version}-sentencepiece-{metadata.version('sentencepiece')}"
         passed = f"{versions}-{hashlib.sha256(model).hexdigest()[:32]}.json"
@@ -83,25 +86,30 @@ class SpEngine:
         if read_options(model).charsmap:
             return None, "a normalizer (character map): gigatoken's reading of it differs on combining marks"
         added = added_tokens(data)
-        engine = cls(impl, version, sp, added)
-        note = f"{engine.name}: SentencePiece's ids on the probe texts"
+        engine = cls(tokenizer, impl, version, added)
+        engine.why = note = f"{engine.name}: SentencePiece's ids on the probe texts"
         if cached:
             return engine, note
-        texts = [*PROBES, *probe([*added, sp.id_to_piece(sp.unk_id()), "<0x41>"])]
-        flat, lengths = engine.encode_flat(texts)
-        got = np.split(flat, np.cumsum(lengths)[:-1])
+        texts = [*SP_PROBES, *probe([*added, sp.id_to_piece(sp.unk_id()), "<0x41>"])]
+        encoded = engine.encode(texts)
+        got = split(encoded.ids, encoded.lengths)
         wrong = [t for t, a, b in zip(texts, got, sp.encode(texts), strict=True) if a.tolist() != b]
         if wrong:
             return None, f"gigatoken differs from SentencePiece on {len(wrong)} probe texts, as {wrong[0]!r}"
         cache.write(passed, data.encode())
         return engine, note
 
-    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """All ids of ``texts`` concatenated (int32) and the per-text lengths (int64)."""
+    def on_threads(self, threads: int) -> SpGigatoken:
+        """This engine on ``threads`` threads (the started one is kept for later runs)."""
+        engine = copy.copy(self)
+        engine.threads = threads
+        return engine
+
+    def _encode(self, texts: Sequence[str], utf8: object, specials: bool) -> Encoded:
         routed = [i for i, t in enumerate(texts) if self.protect.search(t)] if self.protect else []
         if routed:
             texts = list(texts)
-            plain = self.sp.encode([texts[i] for i in routed], num_threads=self.threads)
+            plain = self.tokenizer.sp.encode([texts[i] for i in routed], num_threads=self.threads)
             for i in routed:
                 texts[i] = ""
         if self.threads > 1:
@@ -111,16 +119,19 @@ class SpEngine:
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
             ids = np.concatenate(docs) if docs else np.empty(0, np.uint32)
         if routed:
-            docs = np.split(ids, np.cumsum(lengths)[:-1])
+            docs = split(ids, lengths)
             for i, doc in zip(routed, plain, strict=True):
                 docs[i] = np.asarray(doc, np.uint32)
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
             ids = np.concatenate(docs)
-        self.last_routed = routed
-        return ids.astype(np.int32), lengths
+        return Encoded(ids.astype(np.int32), lengths, routed)
 
     def _parallel(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The batch on gigatoken's thread pool (``RAYON_NUM_THREADS``, set before its first use): ids and
         lengths. Threads of ours calling ``encode`` would contend for its pretoken cache."""
         os.environ.setdefault("RAYON_NUM_THREADS", str(self.threads))
         return flat(self.impl.encode_batch(list(texts), parallel=True))
+
+    def stats(self, routed: int) -> dict[str, Any]:
+        print(f"fast encoding: {self.name}, {routed:,} documents to SentencePiece", file=sys.stderr)
+        return {"enabled": True, "engine": self.name, "why": self.why, "routed_to_sentencepiece": routed}

@@ -1,6 +1,6 @@
-"""The unit memo of a byte-level tokenizer: each distinct unit of text is encoded once, by the engine
-(gigatoken) or the ``tokenizers`` library, and every later one is a hash lookup (``_unitmemo.c``,
-byte-level mode).
+"""The unit memo as the encoder of a byte-level tokenizer (``ByteUnitMemo``): each distinct unit of text is
+encoded once, by the ``tokenizers`` library (``LibraryUnits``), and every later one is a hash lookup
+(``unit_memo``, byte-level mode).
 
 A unit ends before a space (U+0020) followed by a character that is surely not White_Space. The split
 patterns it is used with (GPT-2's, Llama 3's and Qwen2's, ``SPLITS``) start a pretoken at such a space
@@ -11,7 +11,7 @@ only ``\\s+(?!\\S)`` looks ahead, and at a unit's end it sees either the end or 
 
 ``plan`` allows it only for what this argument covers: one of those split patterns, no normalizer or NFC
 (whose composition never crosses a space), BPE without dropout and no added token holding whitespace; and
-the probe texts of ``byte_engine.probe`` must come out as the library's. A unit whose ids hold an added
+the probe texts of ``probes.probe`` must come out as the library's. A unit whose ids hold an added
 token (a special token written in the text) has its documents encoded whole, as the caller's encoder
 encodes them: an added token may strip the whitespace around it, across units.
 """
@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from workflow_scripts.tokens.byte_engine import probe, utf8_batch
-from workflow_scripts.tokens.fast_encode import BUILD_NOTE
+from workflow_scripts.tokens.engines.base import Encoded, Encoder
+from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer, TokenizersEncoder
+from workflow_scripts.tokens.engines.ids import split, utf8_batch
+from workflow_scripts.tokens.engines.probes import probe
+from workflow_scripts.tokens.engines.unit_memo import UnitMemo
 
-try:
-    from workflow_scripts.tokens._unitmemo import UnitMemo
-except ImportError:  # a checkout used without `pip install -e .` (or by another Python)
-    UnitMemo = None
-
-Encode = Callable[[bytes, np.ndarray], tuple[np.ndarray, np.ndarray]]
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -62,15 +60,13 @@ def pattern(config: dict[str, Any]) -> str | None:
 
 def plan(backend: Any) -> tuple[bool, str]:
     """Whether the memo is exact for ``backend`` (a ``tokenizers.Tokenizer``), and its split or why not."""
-    if UnitMemo is None:
-        return False, BUILD_NOTE
     config = json.loads(backend.to_str())
-    model, normalizer, split = config.get("model") or {}, config.get("normalizer"), pattern(config)
+    model, normalizer, known = config.get("model") or {}, config.get("normalizer"), pattern(config)
     added = [t["content"] for t in config.get("added_tokens") or []]
     spaced = [t for t in added if any(c.isspace() for c in t)]
     if normalizer is not None and normalizer.get("type") != "NFC":
         return False, f"a {normalizer.get('type')} normalizer"
-    if split is None:
+    if known is None:
         return False, "a pre-tokenizer other than GPT-2's, Llama 3's or Qwen2's byte-level split"
     if model.get("type") != "BPE" or model.get("dropout"):
         return False, "not a BPE model without dropout"
@@ -78,51 +74,7 @@ def plan(backend: Any) -> tuple[bool, str]:
         return False, "a BPE model with a subword prefix or word suffix"
     if spaced:
         return False, f"added token {spaced[0]!r} holds whitespace"
-    return True, f"{split} split"
-
-
-class ByteMemo:
-    """Encodes batches of UTF-8 texts through one byte-level unit memo: the missing units of a batch go to
-    ``encode_units`` in one call, documents holding an added token to ``encode_whole``."""
-
-    def __init__(
-        self, encode_units: Encode, encode_whole: Encode, added: Sequence[int], entries: int, unit_chars: int
-    ) -> None:
-        assert UnitMemo is not None
-        self.encode_units, self.encode_whole = encode_units, encode_whole
-        self.added = np.asarray(list(added), np.int32)
-        self.memo = UnitMemo(entries, unit_chars, False, True)
-
-    def encode(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ids (int32) and lengths (int64) of the texts whose UTF-8 ``blob`` holds back to back."""
-        batch = self.memo.scan_utf8(blob, np.ascontiguousarray(sizes, np.int64))
-        units, unit_sizes = batch.missing
-        ids, lengths = np.empty(0, np.int32), np.frombuffer(unit_sizes, np.int64)
-        if len(lengths):
-            ids, lengths = self.encode_units(units, lengths)
-            ids = np.ascontiguousarray(ids, np.int32)
-        marked = np.zeros(len(lengths), np.uint8)
-        hits = np.flatnonzero(np.isin(ids, self.added))
-        if len(hits):
-            marked[np.searchsorted(np.cumsum(lengths), hits, side="right")] = 1
-        batch.fill_flat(ids, np.ascontiguousarray(lengths, np.int64), marked)
-        out, lens, whole = self.memo.emit(batch)
-        flat, lens = np.frombuffer(out, np.int32), np.frombuffer(lens, np.int64)
-        if not whole:
-            return flat, lens
-        ends = np.cumsum(sizes)
-        texts = [blob[ends[d] - sizes[d] : ends[d]] for d in whole]
-        whole_ids, whole_lens = self.encode_whole(b"".join(texts), np.fromiter(map(len, texts), np.int64))
-        docs = np.split(flat, np.cumsum(lens)[:-1])
-        for d, doc in zip(whole, np.split(whole_ids, np.cumsum(whole_lens)[:-1]), strict=True):
-            docs[d] = doc
-        lens = np.fromiter(map(len, docs), np.int64, len(docs))
-        return np.concatenate(docs).astype(np.int32, copy=False), lens
-
-    def stats(self) -> dict[str, Any]:
-        """Units looked up and encoded, documents encoded whole, memo entries and the hit rate."""
-        total = self.memo.counters()
-        return {**total, "hit_rate": round(1 - total["units_encoded"] / max(total["units"], 1), 4)}
+    return True, f"{known} split"
 
 
 def token_bytes(backend: Any) -> np.ndarray:
@@ -171,13 +123,60 @@ class LibraryUnits:
         return np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int32), lengths
 
 
-def self_check(memo: ByteMemo, backend: Any, specials: Sequence[str]) -> str:
-    """ "" when the memo gives the library's ids on ``byte_engine.probe``'s texts, else the first text that
+class ByteUnitMemo(Encoder):
+    """Encodes batches of UTF-8 texts through one byte-level unit memo: the missing units of a batch go to
+    the ``tokenizers`` library in one call (``LibraryUnits``), documents holding an added token whole to the
+    library. ``why``: why no engine library; ``memo_why``: the memo's plan."""
+
+    name = "tokenizers"
+    reads_utf8 = True
+    cuts_long = False  # whole documents: the memo's units are short
+
+    def __init__(
+        self, tokenizer: HFTokenizer, why: str, memo_why: str, threads: int, entries: int, unit_chars: int
+    ) -> None:
+        super().__init__(tokenizer, threads, why)
+        self.memo_why = memo_why
+        self.library = TokenizersEncoder(tokenizer, threads, why, memo_why)
+        self.units = LibraryUnits(tokenizer.backend)
+        self.added = np.asarray(list(tokenizer.backend.get_added_tokens_decoder()), np.int32)
+        self.memo = UnitMemo(entries, unit_chars, False, True)
+
+    def _encode(self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None, specials: bool) -> Encoded:
+        ids, lengths = self.encode_utf8(*(utf8 or utf8_batch(texts)))
+        before, after = self.tokenizer.specials if specials else ([], [])
+        return Encoded(ids, lengths, before=before, after=after)
+
+    def encode_utf8(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (int32) and lengths (int64) of the texts whose UTF-8 ``blob`` holds back to back."""
+        return self.memo.encode_utf8(blob, sizes, self.units, self._whole, self.added)
+
+    def _whole(self, blob: bytes, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The library's ids and lengths of texts given as UTF-8 back to back (no post-processor tokens)."""
+        ends = np.cumsum(sizes)
+        texts = [blob[e - n : e].decode() for e, n in zip(ends.tolist(), sizes.tolist(), strict=True)]
+        encoded = self.library.encode(texts, specials=False)
+        return encoded.ids, encoded.lengths
+
+    def stats(self, routed: int) -> dict[str, Any]:
+        stats = self.memo.stats()
+        print(
+            f"unit memo: {stats['units']:,} units, hit rate {stats['hit_rate']:.1%}, "
+            f"{stats['docs_encoded_whole']:,} documents encoded whole",
+            file=sys.stderr,
+            flush=True,
+        )
+        memo = {"enabled": True, "why": self.memo_why} | stats
+        return {"enabled": False, "engine": self.name, "why": self.why, "memo": memo}
+
+
+def self_check(memo: ByteUnitMemo, specials: Sequence[str]) -> str:
+    """ "" when the memo gives the library's ids on ``probes.probe``'s texts, else the first text that
     differs."""
     texts = probe(specials, seed=1)
-    ids, lengths = memo.encode(*utf8_batch(texts))
-    got = np.split(ids, np.cumsum(lengths)[:-1])
-    expected = backend.encode_batch(texts, add_special_tokens=False)
+    ids, lengths = memo.encode_utf8(*utf8_batch(texts))
+    got = split(ids, lengths)
+    expected = memo.tokenizer.backend.encode_batch(texts, add_special_tokens=False)
     for text, mine, theirs in zip(texts, got, expected, strict=True):
         if list(mine) != theirs.ids:
             return f"the memo differs from tokenizers on {text!r}"

@@ -1,4 +1,5 @@
-"""The fast path (unit memo) gives exactly SentencePiece's ids, or stands aside for models it cannot serve."""
+"""The unit memo of a SentencePiece model (tokens/engines/sp_memo) gives exactly SentencePiece's ids, or
+stands aside for models it cannot serve; the tokenize CLI writes the same files with every encoder."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import sentencepiece as spm
 from tests.utils import WORDS, Workflow, write_jsonl
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import encode as tok
-from workflow_scripts.tokens import fast_encode as fe
+from workflow_scripts.tokens.engines import sp_memo
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.framing import resolve_settings
 from workflow_scripts.tokens.model_proto import read_options, with_dummy_prefix
-from workflow_scripts.tokens.tokenizer import Tokenizer
 from workflow_scripts.tokens.train_tokenizer import trainer_options
 
 NO_SPACE = ("zh", "ja", "th")
@@ -171,41 +172,41 @@ def texts(seed: int) -> list[str]:
 
 def test_fast_ids_equal_sentencepiece(exact_model: bytes) -> None:
     """Adversarial text per language and random Unicode, batched through a tiny memo (evicting)."""
-    plan, note = fe.plan(exact_model)
+    plan, note = sp_memo.plan(exact_model)
     assert plan is not None, note
     sp = spm.SentencePieceProcessor(model_proto=exact_model)
-    encoder = fe.FastEncoder(plan, 1, max_entries=64, max_unit_chars=16)
+    encoder = sp_memo.SpUnits(plan, 1, max_entries=64, max_unit_chars=16)
     docs = [t for t in texts(11) if t]
     for start in range(0, len(docs), 97):
         batch = docs[start : start + 97]
-        flat, lengths = encoder.encode_flat(batch)
+        flat, lengths = encoder.encode(batch)
         got = np.split(flat, np.cumsum(lengths)[:-1])
         for text, ids in zip(batch, got, strict=True):
             assert ids.tolist() == sp.encode(text), text
-    stats = encoder.stats()
+    stats = encoder.memo.stats()
     assert stats["memo_entries"] <= 64 and stats["units_encoded"] < stats["units"]
 
 
 def test_threads_and_repeated_batches_equal_sentencepiece() -> None:
     """Two SentencePiece threads for the missing units, every text seen twice, a small memo."""
     model = train(**ours("bpe"))
-    plan, _ = fe.plan(model)
+    plan, _ = sp_memo.plan(model)
     assert plan is not None
     sp = spm.SentencePieceProcessor(model_proto=model)
-    encoder = fe.FastEncoder(plan, 2, max_entries=200, max_unit_chars=32)
+    encoder = sp_memo.SpUnits(plan, 2, max_entries=200, max_unit_chars=32)
     docs = [t for t in texts(12) if t] * 2
     for start in range(0, len(docs), 150):
         batch = docs[start : start + 150]
-        flat, lengths = encoder.encode_flat(batch)
+        flat, lengths = encoder.encode(batch)
         assert flat.dtype == np.int32
         assert [ids.tolist() for ids in np.split(flat, np.cumsum(lengths)[:-1])] == sp.encode(batch)
-    assert 0 < encoder.stats()["hit_rate"] < 1
+    assert 0 < encoder.memo.stats()["hit_rate"] < 1
 
 
 @pytest.mark.parametrize("name", sorted(FALLBACK))
 def test_models_the_split_is_not_exact_for_fall_back(name: str) -> None:
     options, reason = FALLBACK[name]
-    plan, note = fe.plan(train(**options))
+    plan, note = sp_memo.plan(train(**options))
     assert plan is None and reason in note
 
 
@@ -222,66 +223,15 @@ def test_model_options_read_from_the_proto() -> None:
 
 
 def test_memo_stays_bounded_on_unique_garbage() -> None:
-    plan, _ = fe.plan(train(**ours("bpe")))
+    plan, _ = sp_memo.plan(train(**ours("bpe")))
     assert plan is not None
-    encoder = fe.FastEncoder(plan, 1, max_entries=1000, max_unit_chars=64)
+    encoder = sp_memo.SpUnits(plan, 1, max_entries=1000, max_unit_chars=64)
     rng = random.Random(3)
     for _ in range(20):
         batch = [" ".join(f"{rng.getrandbits(40):x}" for _ in range(200)) for _ in range(10)]
-        encoder.encode_flat(batch)
-        assert encoder.stats()["memo_entries"] <= 1000
-    assert encoder.stats()["units_encoded"] == encoder.stats()["units"] == 20 * 10 * 200
-
-
-def test_memo_batches_in_flight_and_texts_left_whole() -> None:
-    """Two batches scanned before either is emitted; a literal ``▁`` or a lone surrogate leaves the text to
-    SentencePiece whole; units over ``max_unit_chars`` (characters, not bytes) are not kept."""
-    memo = fe.UnitMemo(100, 3, False)
-    a = memo.scan(["x y", "y z\u2581", "a \ud800"])
-    b = memo.scan(["y x", ""])
-    assert (a.firsts, a.laters, b.laters) == ([], ["x", " y"], ["y", " x"])
-    with pytest.raises(RuntimeError, match="filled"):
-        memo.emit(a)
-    with pytest.raises(ValueError, match="1 id lists for 2 units"):
-        a.fill([], [[1]])
-    a.fill([], [[1], [2]])
-    b.fill([], [[3], [4, 5]])
-    ids, lengths, whole = memo.emit(a)
-    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([1, 2], [2, 0, 0], [1, 2])
-    ids, lengths, whole = memo.emit(b)
-    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([3, 4, 5], [3, 0], [])
-    with pytest.raises(RuntimeError, match="once"):
-        memo.emit(b)
-    c = memo.scan(["x y x", "éé  long"])
-    assert c.laters == ["éé", "  long"]
-    c.fill([], [[6], [7]])
-    assert list(_ints(memo.emit(c)[0], 4)) == [1, 2, 4, 5, 6, 7]
-    assert memo.counters() == {"units": 9, "units_encoded": 6, "docs_encoded_whole": 2, "memo_entries": 5}
-    with pytest.raises(TypeError, match="str"):
-        memo.scan([b"bytes"])
-
-
-def test_memo_first_units_apart() -> None:
-    """With a separate model for later units, a first unit that encodes to nothing while more units follow
-    leaves its text whole, whether it was missing or found."""
-    memo = fe.UnitMemo(100, 64, True)
-    batch = memo.scan([" a b", " c", " a"])
-    assert (batch.firsts, batch.laters) == ([" a", " c"], [" b"])
-    batch.fill([[], [7]], [[5]])
-    ids, lengths, whole = memo.emit(batch)
-    assert (list(_ints(ids, 4)), list(_ints(lengths, 8)), whole) == ([7], [0, 1, 0], [0])
-    again = memo.scan([" a b"])
-    again.fill([], [])
-    assert memo.emit(again)[2] == [0]
-
-
-def test_without_the_compiled_memo_the_plan_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fe, "UnitMemo", None)
-    assert fe.plan(train(**ours("bpe"))) == (None, fe.BUILD_NOTE)
-
-
-def _ints(data: bytes, size: int) -> np.ndarray:
-    return np.frombuffer(data, np.int32 if size == 4 else np.int64)
+        encoder.encode(batch)
+        assert encoder.memo.stats()["memo_entries"] <= 1000
+    assert encoder.memo.stats()["units_encoded"] == encoder.memo.stats()["units"] == 20 * 10 * 200
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +252,7 @@ def test_cli_output_identical_with_and_without_the_fast_path(
     records = [{"id": i, "text": t} for i, t in enumerate(docs) if t.strip()]
     rng.shuffle(records)
     src = write_jsonl(tmp_path / "in.jsonl", records)
-    tokenizer = Tokenizer(model_path)
+    tokenizer = SentencePieceTokenizer(model_path)
     settings = resolve_settings(
         tokenizer,
         eod="auto",

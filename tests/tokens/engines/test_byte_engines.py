@@ -1,9 +1,10 @@
-"""fastokens and gigatoken as the byte-level encoders (tokens/byte_engine): used only where they give the
-``tokenizers`` library's ids, documents with unassigned code points routed to the library, the template's
-tokens framed."""
+"""fastokens and gigatoken as the byte-level encoders (tokens/engines/byte_engines, picked by choose): used
+only where they give the ``tokenizers`` library's ids, documents with unassigned code points routed to the
+library, the template's tokens framed."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from concurrent.futures import Future
@@ -17,16 +18,20 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from tests.utils import byte_level_bpe, write_jsonl
 from workflow_scripts.core import cache
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.tokens import byte_engine
-from workflow_scripts.tokens.byte_engine import (
+from workflow_scripts.tokens.engines import byte_engines, choose
+from workflow_scripts.tokens.engines.base import Encoded, Encoder
+from workflow_scripts.tokens.engines.byte_engines import (
     ENGINES,
+    EngineEncoder,
     Fastokens,
     Gigatoken,
-    has_unassigned,
     is_suspect,
 )
+from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer, TokenizersEncoder
+from workflow_scripts.tokens.engines.probes import has_unassigned
 from workflow_scripts.tokens.framing import frame
-from workflow_scripts.tokens.hf_tokenizer import HFTokenizer
+from workflow_scripts.tokens.kinds import TokenizerFiles
+from workflow_scripts.tokens.settings import TokenizeSettings
 
 WORDS = ["Rīga", "東京", "русский", "العربية", "🙂👍🏽", "it's", "12345", "a\u00a0b", "c\u2028d", "\r\n"]
 
@@ -46,8 +51,23 @@ def texts(seed: int, n: int = 300) -> list[str]:
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(cache, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(byte_engine, "_LOADED", {})  # each test builds its engines
+    monkeypatch.setattr(byte_engines, "_LOADED", {})  # each test builds its engines
     return tmp_path / "cache"
+
+
+def chosen(
+    tok: HFTokenizer, engine: str = "auto", threads: int = 2, fast: bool = True, **memo: int
+) -> Encoder:
+    """``choose``'s encoder for ``tok`` (the unit memo's sizes, ``memo_entries`` and ``memo_unit_chars``, 0
+    unless given)."""
+    sizes = {"memo_entries": 0, "memo_unit_chars": 0} | memo
+    options = TokenizeSettings(fast_encode=fast, engine=engine, threads=threads, **sizes)
+    return choose.choose(tok, options)
+
+
+def framed(encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
+    """The ids with the post-processor's tokens the encoder left to the caller."""
+    return frame(encoded.ids, encoded.lengths, encoded.before, encoded.after)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["gpt2", "llama3"])
@@ -61,27 +81,26 @@ def test_the_engine_gives_the_librarys_ids_on_every_text(tok: HFTokenizer, name:
     sample = texts(2)
     encodings = tok.backend.encode_batch(sample, add_special_tokens=True)
     expected = [np.asarray(e.ids, np.int32) for e in encodings]
-    with tok.fast_encoding(True, 2, 0, 0, name) as engine:
-        assert engine is not None and engine.library == name, tok.engine_note
-        assert tok.reads_utf8 == (name == "gigatoken")
-        ids, lengths = tok.encode_flat(sample, 2)
-        assert tok.last_routed == [i for i, t in enumerate(sample) if has_unassigned(t)]
-        assert 0 < len(tok.last_routed) < len(sample)  # random code points include unassigned ones
+    encoder = chosen(tok, name)
+    assert isinstance(encoder, EngineEncoder) and encoder.engine.library == name, encoder.why
+    assert encoder.reads_utf8 == (name == "gigatoken")
+    encoded = encoder.finish(sample, encoder.encode(sample))
+    ids, lengths = framed(encoded)
+    assert encoded.routed == [i for i, t in enumerate(sample) if has_unassigned(t)]
+    assert 0 < len(encoded.routed) < len(sample)  # random code points include unassigned ones
     assert lengths.tolist() == [len(e) for e in expected]
     assert np.array_equal(ids, np.concatenate(expected))
-    assert tok.engine is None  # only inside the block
+    assert isinstance(chosen(tok, name, fast=False), TokenizersEncoder)  # the tokenizer keeps no engine
 
 
 @pytest.mark.parametrize("name", list(ENGINES))
 def test_fastokens_takes_a_batch_a_thread(tok: HFTokenizer, name: str) -> None:
     """fastokens encodes each call on one thread, so the tokenize command encodes as many batches at once as
     it has threads; gigatoken, the memo and the library take the threads in one call."""
-    assert tok.concurrent_calls(3) == 1
-    with tok.fast_encoding(True, 3, 0, 0, name):
-        assert tok.concurrent_calls(3) == (3 if name == "fastokens" else 1)
-        if name == "fastokens":
-            assert os.environ["FASTOKENS_BPE_THREADS"] == "1"  # read once, at its first encode
-    assert tok.concurrent_calls(3) == 1
+    assert chosen(tok, name, 3, fast=False).concurrent_calls == 1
+    assert chosen(tok, name, 3).concurrent_calls == (3 if name == "fastokens" else 1)
+    if name == "fastokens":
+        assert os.environ["FASTOKENS_BPE_THREADS"] == "1"  # read once, at its first encode
 
 
 def test_the_librarys_pool_gets_the_threads_asked_for(
@@ -90,9 +109,10 @@ def test_the_librarys_pool_gets_the_threads_asked_for(
     """Without an engine (``fast_encode`` off, or none exact) the ``tokenizers`` library encodes, on a pool
     sized from ``RAYON_NUM_THREADS`` when it starts: set from the threads asked for, as with an engine."""
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
-    assert tok.engine is None and tok.memo is None
-    _, lengths = tok.encode_flat(["some text", "more"], 3)
-    assert os.environ["RAYON_NUM_THREADS"] == "3" and len(lengths) == 2 and tok.last_routed == []
+    encoder = chosen(tok, threads=3, fast=False)
+    assert isinstance(encoder, TokenizersEncoder)
+    encoded = encoder.finish(["some text", "more"], encoder.encode(["some text", "more"]))
+    assert os.environ["RAYON_NUM_THREADS"] == "3" and len(encoded.lengths) == 2 and encoded.routed == []
 
 
 def test_a_setting_gigatoken_reads_differently_keeps_fastokens(tmp_path: Path) -> None:
@@ -101,7 +121,7 @@ def test_a_setting_gigatoken_reads_differently_keeps_fastokens(tmp_path: Path) -
     backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(), backend.pre_tokenizer])
     engine, why = Gigatoken.start(backend, ["<|endoftext|>"])
     assert engine is None and "Digits" in why
-    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "auto", 1)
+    engine, why = byte_engines.start(backend, ["<|endoftext|>"], "auto", 1)
     assert isinstance(engine, Fastokens), why
     sample = texts(6)
     ids, lengths = engine.encode(sample)
@@ -118,30 +138,34 @@ def test_auto_takes_the_next_engine_and_says_why_not_the_first(
         raise ValueError("unsupported normalizer type: NFKC")
 
     monkeypatch.setattr(Fastokens, "load", staticmethod(refuse))
-    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "auto", 1)
+    engine, why = byte_engines.start(backend, ["<|endoftext|>"], "auto", 1)
     assert isinstance(engine, Gigatoken) and why.startswith("gigatoken "), why
-    engine, why = byte_engine.start(backend, ["<|endoftext|>"], "fastokens", 1)
+    engine, why = byte_engines.start(backend, ["<|endoftext|>"], "fastokens", 1)
     assert engine is None and why == "fastokens cannot read this tokenizer: unsupported normalizer type: NFKC"
 
 
 def test_the_engine_built_before_the_tokenizer_loads_is_the_one_used(tmp_path: Path) -> None:
-    """``prebuild`` starts fastokens' build from the tokenizer.json before the library reads it; the
-    tokenizer's ``fast_encoding`` takes that build up (one build), exact as ever."""
+    """``prebuild`` starts fastokens' build from the tokenizer.json before the library reads it; ``choose``
+    takes that build up (one build), exact as ever."""
     path = str(byte_level_bpe(tmp_path, texts(3, 50)))
-    byte_engine.prebuild(path, "memo", 2)
-    byte_engine.prebuild(path, "gigatoken", 2)  # built from the library's tokenizer: not before
-    assert byte_engine._LOADED == {}
-    byte_engine.prebuild(path, "auto", 2)
-    [(key, built)] = byte_engine._LOADED.items()
+    files, options = TokenizerFiles("hf", path), TokenizeSettings(threads=2)
+    choose.prebuild(files, dataclasses.replace(options, engine="memo"))
+    choose.prebuild(files, dataclasses.replace(options, engine="gigatoken"))  # from the library's: not before
+    choose.prebuild(files, dataclasses.replace(options, fast_encode=False))
+    choose.prebuild(TokenizerFiles("sentencepiece", path), options)  # not a tokenizer.json
+    assert byte_engines._LOADED == {}
+    choose.prebuild(files, dataclasses.replace(options, engine="auto"))
+    [(key, built)] = byte_engines._LOADED.items()
     assert key[0] == "fastokens" and key[2] == 2
     tok = HFTokenizer(path)
     sample = texts(7)
-    with tok.fast_encoding(True, 2, 0, 0, "auto") as engine:
-        assert isinstance(engine, Fastokens) and engine._impl is built, tok.engine_note
-        ids, lengths = tok.encode_flat(sample, 2)
+    encoder = chosen(tok, "auto")
+    assert isinstance(encoder, EngineEncoder) and isinstance(encoder.engine, Fastokens), encoder.why
+    assert encoder.engine._impl is built
+    ids, lengths = framed(encoder.finish(sample, encoder.encode(sample)))
     expected = [e.ids for e in tok.backend.encode_batch(sample, add_special_tokens=True)]
     assert [x.tolist() for x in np.split(ids, np.cumsum(lengths)[:-1])] == expected
-    assert list(byte_engine._LOADED.values()) == [built]
+    assert list(byte_engines._LOADED.values()) == [built]
 
 
 @pytest.mark.parametrize("engine", list(ENGINES.values()), ids=list(ENGINES))
@@ -152,7 +176,7 @@ def test_a_tokenizer_that_passed_skips_the_probe_next_time(
     first, why = engine.start(backend, ["<|endoftext|>"])
     assert first is not None, why
     assert len(list(own_cache.iterdir())) == 2  # the pass and the suspect tokens
-    monkeypatch.setattr(byte_engine, "differs", lambda *_: "the probe ran")
+    monkeypatch.setattr(byte_engines, "differs", lambda *_: "the probe ran")
     again, why_again = engine.start(backend, ["<|endoftext|>"])
     assert again is not None and why_again == why
     assert np.array_equal(again.suspects, first.suspects) and first.suspects.any()
@@ -187,10 +211,10 @@ def test_unassigned_code_points_and_framing() -> None:
 def test_the_byte_level_vocabulary_is_gigatokens_reading(tok: HFTokenizer) -> None:
     engine, why = Gigatoken.start(tok.backend, [])
     assert engine is not None, why
-    assert byte_engine.byte_level_vocab(tok.backend) == engine.impl.vocab
+    assert byte_engines.byte_level_vocab(tok.backend) == engine.impl.vocab
     backend = Tokenizer.from_str(tok.backend.to_str())
     backend.add_tokens(["▁x"])  # an added token: its content
-    vocab = byte_engine.byte_level_vocab(backend)
+    vocab = byte_engines.byte_level_vocab(backend)
     assert vocab[backend.token_to_id("▁x")] == "▁x".encode()
 
 
@@ -201,11 +225,11 @@ def test_a_vocabulary_of_another_kind_is_checked_everywhere() -> None:
     model = models.BPE(
         {p: i for i, p in enumerate(pieces)}, [("▁", "a")], unk_token="<unk>", byte_fallback=True
     )
-    vocab = byte_engine.byte_level_vocab(Tokenizer(model))
+    vocab = byte_engines.byte_level_vocab(Tokenizer(model))
     assert vocab[1] == b"\xe3" and vocab[2] == b"A" and vocab[4] == b"a"
-    table = byte_engine.suspect_tokens(vocab, len(pieces))
+    table = byte_engines.suspect_tokens(vocab, len(pieces))
     assert table.tolist() == [False, True, False, True, False, True, True]
-    plain = byte_engine.byte_level_vocab(Tokenizer(models.BPE({p: i for i, p in enumerate(pieces)}, [])))
+    plain = byte_engines.byte_level_vocab(Tokenizer(models.BPE({p: i for i, p in enumerate(pieces)}, [])))
     assert plain[1] == b"<0xE3>"  # without byte fallback it is text
 
 
@@ -215,9 +239,10 @@ def test_suspect_tokens_find_every_text_with_an_unassigned_code_point(tok: HFTok
     assert is_suspect("a\U000e0080".encode()[:3])  # cut after its third byte
     assert not is_suspect("東京 🙂".encode()) and not is_suspect(b"\xe6") and not is_suspect(b"\xb8\x80")
     sample = texts(4)
-    with tok.fast_encoding(True, 2, 0, 0, name) as engine:
-        assert engine is not None, tok.engine_note
-        suspected = set(engine.suspected(*engine.encode(sample)).tolist())
+    encoder = chosen(tok, name)
+    assert isinstance(encoder, EngineEncoder), encoder.why
+    engine = encoder.engine
+    suspected = set(engine.suspected(*engine.encode(sample)).tolist())
     holding = {i for i, t in enumerate(sample) if has_unassigned(t)}
     assert holding and holding <= suspected
 
@@ -230,7 +255,7 @@ def test_suspected_names_the_texts_of_suspect_ids() -> None:
     ids = np.zeros(int(lengths.sum()), np.int32)
     at = [0, 65_535, 65_536, 131_071, 299_999]  # texts' ends and starts, the first and the last id
     ids[at] = 7
-    engine = byte_engine.Fastokens(Future(), "0", suspects)
+    engine = byte_engines.Fastokens(Future(), "0", suspects)
     assert engine.suspected(ids, lengths).tolist() == [0, 65, 131, 299]
     assert engine.suspected(ids[:0], lengths[:0]).tolist() == []
     ids[10] = 10
@@ -239,14 +264,12 @@ def test_suspected_names_the_texts_of_suspect_ids() -> None:
 
 
 def test_the_stats_name_the_engine(tok: HFTokenizer) -> None:
-    with tok.fast_encoding(True, 1, 0, 0) as engine:
-        stats = tok.engine_stats(engine, 3)
+    stats = chosen(tok, threads=1).stats(3)
     assert stats["enabled"] and stats["engine"].startswith("fastokens ") and "probe texts" in stats["why"]
     assert stats["memo"] == {"enabled": False, "why": "fastokens encodes whole documents (faster)"}
     assert stats["routed_to_tokenizers"] == 3  # the documents the caller counted
-    with tok.fast_encoding(False, 1, 0, 0) as engine:
-        off = {"enabled": False, "why": "turned off"}
-        assert tok.engine_stats(engine, 0) == {**off, "engine": "tokenizers", "memo": off}
+    off = {"enabled": False, "why": "turned off"}
+    assert chosen(tok, threads=1, fast=False).stats(0) == {**off, "engine": "tokenizers", "memo": off}
     assert orjson.dumps(stats)
 
 
@@ -310,8 +333,8 @@ def test_an_engine_frames_and_rejects_as_the_library_does(tok: HFTokenizer, tmp_
 
 def test_sft_batches_encoded_at_once_give_the_librarys_files(tok: HFTokenizer, tmp_path: Path) -> None:
     """SFT records through fastokens, a batch a thread on 3 threads at once, give the files of the library
-    on one thread, and the records with a span left to the library are each thread's own (``last_routed``
-    is per thread)."""
+    on one thread, and the records with a span left to the library are each thread's own (``Encoded.routed``
+    is each call's)."""
     from workflow_scripts.tokens import encode
     from workflow_scripts.tokens.framing import resolve_settings
 

@@ -1,14 +1,15 @@
-"""A Rust engine library as the encoder of a byte-level tokenizer, used only where it gives the
-``tokenizers`` library's ids (which are the trainers' own preprocessing's): fastokens (``Fastokens``, the
-fastest here) or gigatoken (``Gigatoken``, the engine of Megatron-LM's ``preprocess_data_fast.py``).
+"""A Rust engine library as the encoder of a byte-level tokenizer (``EngineEncoder``), used only where it
+gives the ``tokenizers`` library's ids (which are the trainers' own preprocessing's): fastokens
+(``Fastokens``, the fastest here) or gigatoken (``Gigatoken``, the engine of Megatron-LM's
+``preprocess_data_fast.py``).
 
 ``start`` checks the tokenizer first: a library that cannot read it, features it reads differently without
 an error (``Engine.unsafe``), or any difference on a probe of special tokens written in text, odd
 whitespace, every script and seeded random code points keep the next engine, and in the end the
 ``tokenizers`` library. A document holding a code point that this Python's Unicode database leaves
 unassigned goes to the ``tokenizers`` library too: the engines' regex engines may know newer Unicode than
-the library's, so they may split such text differently (the tokenizer's ``last_routed``). The engines add no
-post-processor tokens: the caller adds them.
+the library's, so they may split such text differently (``EngineEncoder.finish``: ``Encoded.routed``). The
+engines add no post-processor tokens: the stage adds them (``Encoded.before``, ``after``).
 
 Finding those documents costs little: the engine's own ids point at them. A byte-level token's bytes
 either hold a whole unassigned code point or end in the first bytes of one (a code point cut between
@@ -19,63 +20,25 @@ dozen in a 50k vocabulary) is scanned, character by character (``has_unassigned`
 from __future__ import annotations
 
 import abc
-import functools
 import hashlib
 import importlib.util
 import os
-import random
 import re
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from workflow_scripts.core import cache
-from workflow_scripts.tokens import _ids
+from workflow_scripts.tokens.engines.base import Encoded, Encoder
+from workflow_scripts.tokens.engines.ids import flagged, flat, split, utf8_batch
+from workflow_scripts.tokens.engines.probes import has_unassigned, probe, unassigned
 
-SAMPLES = [
-    "Ελληνικά",
-    "русский",
-    "العربية",
-    "हिन्दी",
-    "東京データ",
-    "한국어",
-    "ไทย",
-    "עברית",
-    "🙂👍🏽",
-    "Rīga",
-]
-ODD = [
-    "a\u00a0b",
-    "c\u2028d",
-    "e\r\nf",
-    "g\u3000h",
-    "\t\tx",
-    "  y  ",
-    "\u200bz",
-    "\ufeffw",
-    "\n\n\n",
-    "x\u0301",
-]
-
-
-@functools.cache
-def unassigned() -> np.ndarray:
-    """Whether each code point is unassigned (``Cn``) in this Python's Unicode database (cached on disk per
-    Unicode version: computing it takes most of a second)."""
-    return cache.flags(f"unassigned-{unicodedata.unidata_version}.bits", 0x110000, _unassigned)
-
-
-def _unassigned() -> np.ndarray:
-    return np.array([unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)], bool)
-
-
-def has_unassigned(text: str) -> bool:
-    """Whether ``text`` holds a code point this Python's Unicode database leaves unassigned."""
-    return not text.isascii() and _ids.holds_flagged(unassigned(), text)
+if TYPE_CHECKING:  # not at run time: the build starts before the tokenizers library is imported (prebuild)
+    from workflow_scripts.tokens.engines.hf_tokenizer import HFTokenizer, TokenizersEncoder
 
 
 def utf8_width(lead: int) -> int:
@@ -111,23 +74,6 @@ def suspect_tokens(vocab: dict[int, bytes], size: int) -> np.ndarray:
     for token, data in vocab.items():
         table[token] = not data.isascii() and is_suspect(data)
     return table
-
-
-def probe(specials: Sequence[str], seed: int = 0) -> list[str]:
-    """Texts that tell a byte-level encoder from another: special tokens written in text (whole, cut, in
-    words), odd whitespace, many scripts and seeded random assigned code points."""
-    rng = random.Random(seed)
-    texts: list[str] = []
-    for token in specials:
-        texts += [token, f"x{token}y", f" {token} ", token + token, token[:-1], f"{token}\n{token[1:]}"]
-    words = [*SAMPLES, *ODD, "it's", "I'll", "don't", "12345678", "3.14", "x.y", "--", "...", "$€£"]
-    texts += [" ".join(rng.choices(words, k=12)) for _ in range(200)]
-    assigned = ~unassigned()[:0x30000]
-    assigned[:0x20] = assigned[0xD800:0xE000] = False
-    points = np.flatnonzero(assigned).tolist()
-    texts += ["".join(chr(c) for c in rng.sample(points, 40)) for _ in range(200)]
-    texts += ["a" + chr(c) + "b " + chr(c) * 2 for c in rng.sample(points, 2000)]
-    return texts
 
 
 class Engine(abc.ABC):
@@ -212,8 +158,7 @@ class Engine(abc.ABC):
     def suspected(self, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The texts (indices) whose ids hold a suspect token: the only ones that may hold an unassigned
         code point (one compiled pass, ``_ids.c``)."""
-        ids, lengths = np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(lengths, np.int64)
-        return np.frombuffer(_ids.flagged(self.suspects, ids, lengths), np.int64)
+        return flagged(self.suspects, ids, lengths)
 
 
 class Fastokens(Engine):
@@ -379,7 +324,7 @@ def differs(backend: Any, engine: Engine, texts: list[str]) -> str:
     """Empty when ``engine`` gives the library's (``backend``) ids on ``texts``, else which differ."""
     expected = [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
     ids, lengths = engine.encode(texts)
-    got = np.split(ids, np.cumsum(lengths)[:-1])
+    got = split(ids, lengths)
     wrong = [t for t, a, b in zip(texts, expected, got, strict=True) if a != b.tolist()]
     return (
         f"{engine.library} differs from tokenizers on {len(wrong)} probe texts, first {wrong[0]!r}"
@@ -399,15 +344,49 @@ def passed_name(engine: str, json: str, texts: Sequence[str]) -> str:
     return f"byte-engine-{versions}-unicode-{unicodedata.unidata_version}-{digest.hexdigest()[:32]}"
 
 
-def flat(batch: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The ids of gigatoken's ``encode_batch`` result (an awkward array of lists) back to back, and each
-    text's count; no copy of the ids."""
-    layout = batch.layout
-    offsets = np.asarray(layout.offsets.data, np.int64)
-    return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
+class EngineEncoder(Encoder):
+    """An engine library as the encoder of a byte-level tokenizer: ``encode`` (in the stage's encoder
+    threads) runs the engine and nothing else; ``finish`` (in its main thread) gives the documents the
+    engine may read differently (an unassigned code point) to the ``library``. ``why``: the engine's note;
+    ``memo_why``: why no unit memo."""
 
+    cuts_long = False  # the engines take a long document whole
 
-def utf8_batch(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
-    """The texts' UTF-8 bytes back to back and each one's size."""
-    data = [t.encode() for t in texts]
-    return b"".join(data), np.fromiter(map(len, data), np.int64, len(data))
+    def __init__(
+        self, tokenizer: HFTokenizer, engine: Engine, library: TokenizersEncoder, memo_why: str
+    ) -> None:
+        super().__init__(tokenizer, library.threads, library.why)
+        self.engine = engine
+        self.name = engine.name
+        self.reads_utf8 = engine.reads_utf8
+        self.memo_why = memo_why
+        self.library = library
+
+    @property
+    def concurrent_calls(self) -> int:
+        """``threads`` where the engine encodes a call on one thread (fastokens), else 1."""
+        return self.threads if self.engine.one_thread_per_call else 1
+
+    def _encode(self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None, specials: bool) -> Encoded:
+        before, after = self.tokenizer.specials if specials else ([], [])
+        return Encoded(*self.engine.encode(texts, utf8), before=before, after=after, final=False)
+
+    def finish(self, texts: Sequence[str], encoded: Encoded) -> Encoded:
+        """The texts the engine may read differently (an unassigned code point) encoded by the library
+        instead (their indices in ``routed``)."""
+        if encoded.final:
+            return encoded
+        ids, lengths = encoded.ids, encoded.lengths
+        routed = [int(i) for i in self.engine.suspected(ids, lengths) if has_unassigned(texts[i])]
+        if routed:
+            parts = split(ids, lengths)
+            for i in routed:
+                parts[i] = self.library.encode([texts[i]], specials=False).ids
+            ids, lengths = np.concatenate(parts), np.fromiter(map(len, parts), np.int64, len(parts))
+        return Encoded(ids, lengths, routed, encoded.before, encoded.after)
+
+    def stats(self, routed: int) -> dict[str, Any]:
+        memo = {"enabled": False, "why": self.memo_why}
+        return {"enabled": True, "engine": self.name, "why": self.why, "memo": memo} | {
+            "routed_to_tokenizers": routed
+        }

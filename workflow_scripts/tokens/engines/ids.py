@@ -1,0 +1,47 @@
+"""A batch's ids and texts as the engines pass them: the compiled pass that finds flagged ids (``_ids.c``),
+texts as UTF-8 back to back, and gigatoken's results as flat arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workflow_scripts.core import compiled
+
+if TYPE_CHECKING:
+    from workflow_scripts.tokens import _ids
+else:
+    _ids = compiled.load("workflow_scripts.tokens._ids")
+
+
+def flagged(table: np.ndarray, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The texts (indices) whose ids hold an id the bool ``table`` flags (one compiled pass); an id outside
+    the table is an error."""
+    ids, lengths = np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(lengths, np.int64)
+    return np.frombuffer(_ids.flagged(table, ids, lengths), np.int64)
+
+
+def holds_flagged(table: np.ndarray, text: str) -> bool:
+    """Whether ``text`` holds a code point the bool ``table`` flags (one compiled pass)."""
+    return _ids.holds_flagged(table, text)
+
+
+def split(ids: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Each text's ids (views)."""
+    return np.split(ids, np.cumsum(lengths)[:-1])
+
+
+def utf8_batch(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
+    """The texts' UTF-8 bytes back to back and each one's size."""
+    data = [t.encode() for t in texts]
+    return b"".join(data), np.fromiter(map(len, data), np.int64, len(data))
+
+
+def flat(batch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of gigatoken's ``encode_batch`` result (an awkward array of lists) back to back, and each
+    text's count; no copy of the ids."""
+    layout = batch.layout
+    offsets = np.asarray(layout.offsets.data, np.int64)
+    return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
