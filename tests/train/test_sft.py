@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from tests.train.configs.conftest import small_plan
 from tests.utils import build_dataset
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
@@ -29,20 +30,12 @@ def test_k_bin_packing_keeps_documents_whole() -> None:
 
 def test_sft_pack_configs_count_bins(tmp_path: Path, model: Path) -> None:
     rng = np.random.default_rng(1)
-    plan = {"seq_length": 64, "global_batch_size": 4, "packs": []}
+    packs = []
     for name in ("sft_0", "sft_1"):
         docs = [[[3] * int(n)] for n in rng.integers(4, 60, 300)]
         prefix = build_dataset(tmp_path / "merged" / name / name, docs)
-        plan["packs"].append(
-            {
-                "name": name,
-                "phase": "sft",
-                "train_iters": 999,
-                "iteration_offset": 0,
-                "tokens": 1,
-                "merged_prefix": prefix,
-            }
-        )
+        packs.append((name, "sft", 999, 0, prefix))
+    plan = small_plan(64, 4, packs)
     base = tmp_path / "base.yml"
     base.write_text(yaml.safe_dump({"train_micro_batch_size_per_gpu": 4, "max_position_embeddings": 64}))
     train = TrainSettings.from_config(
@@ -58,8 +51,8 @@ def test_sft_pack_configs_count_bins(tmp_path: Path, model: Path) -> None:
     )
     signature = {"prefixes": [{"identity": {"tokenizer": {"eod_id": 3}}}]}
     expected = []
-    for p in plan["packs"]:
-        lengths = IndexedDataset(p["merged_prefix"]).lengths
+    for p in plan.packs:
+        lengths = IndexedDataset(p.merged_prefix).lengths
         expected.append(sft.sft_train_iters(lengths, 64, 4, 1234, 3))
     for name in ("sft_0", "sft_1"):
         write_pack_config(

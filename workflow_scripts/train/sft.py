@@ -9,12 +9,13 @@ packing makes in the passes (epochs) asked for, which ``k_bin_samples`` reproduc
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import numpy as np
 
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.iterations import neox_samples
+from workflow_scripts.datapacks.plan import Plan
 
 BINS = 16
 
@@ -77,13 +78,13 @@ def sft_train_iters(lengths: np.ndarray, seq_length: int, batch: int, seed: int,
     return n
 
 
-def sft_plan(plan: dict[str, Any], seq_length: int, batch: int, seed: int, epochs: int) -> dict[str, Any]:
+def sft_plan(plan: Plan, seq_length: int, batch: int, seed: int, epochs: int) -> Plan:
     """The plan with SFT packs' ``train_iters`` counted in ``k_bin_packed`` bins (from each merged pack's
     lengths) and the offsets chained over them."""
     packs, offset = [], 0
-    for pack in plan["packs"]:
-        lengths = IndexedDataset(pack["merged_prefix"]).lengths
+    for pack in plan.packs:
+        lengths = IndexedDataset(pack.merged_prefix).lengths
         iters = sft_train_iters(lengths, seq_length, batch, seed, epochs)
-        packs.append({**pack, "train_iters": iters, "iteration_offset": offset, "sft_epochs": epochs})
+        packs.append(dataclasses.replace(pack, train_iters=iters, iteration_offset=offset))
         offset += iters
-    return {**plan, "packs": packs}
+    return dataclasses.replace(plan, packs=tuple(packs))

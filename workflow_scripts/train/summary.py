@@ -9,6 +9,7 @@ from typing import Any
 
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, read_json
+from workflow_scripts.datapacks.plan import PackPlan
 from workflow_scripts.train.settings import TrainSettings
 
 SUMMARY_COLUMNS = [
@@ -26,12 +27,12 @@ SUMMARY_COLUMNS = [
 
 
 def row(
-    pack: dict[str, Any], values: dict[str, Any], train: TrainSettings, layout: dict[str, int], path: str
+    pack: PackPlan, values: dict[str, Any], train: TrainSettings, layout: dict[str, int], path: str
 ) -> dict[str, Any]:
     """A pack's row: iterations, cadence, segments, time (``values``: the keys its config sets)."""
-    iters, interval = pack["train_iters"], values["exit_interval"]
+    iters, interval = pack.train_iters, values["exit_interval"]
     return {
-        "pack": pack["name"],
+        "pack": pack.name,
         "config": path,
         "train_iters": iters,
         "iteration_offset": values["iteration_offset"],

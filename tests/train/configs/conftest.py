@@ -10,6 +10,7 @@ import yaml
 
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.datapacks.plan import PackPlan, Plan
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train.configs.write import write_pack_config
 from workflow_scripts.train.settings import TrainSettings
@@ -53,23 +54,46 @@ SEED_000 = {
 }
 
 
-def plan(merged: Path) -> dict[str, Any]:
+def small_plan(seq: int, batch: int, packs: list[tuple[str, str, int, int, str]]) -> Plan:
+    """A plan of ``packs`` (name, phase, train_iters, iteration_offset, merged prefix) without validation
+    packs; of each pack's data only what the trainer configs read (1 token, no slices)."""
+    return Plan(
+        tokens_per_iter=seq * batch,
+        seq_length=seq,
+        global_batch_size=batch,
+        epoch_rule="neox",
+        max_tokens_per_pack=seq * batch,
+        shuffle=False,
+        seed=1,
+        phases=(),
+        packs=tuple(
+            PackPlan(
+                name=name,
+                phase=phase,
+                mixture="main",
+                budget=1,
+                tokens=1,
+                documents=1,
+                slices=(),
+                train_iters=iters,
+                iteration_offset=offset,
+                trained_tokens=iters * seq * batch,
+                wall_hours=None,
+                state_after={},
+                merged_prefix=prefix,
+            )
+            for name, phase, iters, offset, prefix in packs
+        ),
+        validation=(),
+        total_train_iters=sum(p[2] for p in packs),
+        final_epochs={},
+        conservation={},
+    )
+
+
+def plan(merged: Path) -> Plan:
     packs = [("warmup_0", "warmup", 2000, 0), ("U1_1", "U1", train_iters(U1_TOKENS, SEQ, BATCH), 2000)]
-    return {
-        "seq_length": SEQ,
-        "global_batch_size": BATCH,
-        "packs": [
-            {
-                "name": n,
-                "phase": ph,
-                "train_iters": it,
-                "iteration_offset": off,
-                "tokens": 1,
-                "merged_prefix": str(merged / n / n),
-            }
-            for n, ph, it, off in packs
-        ],
-    }
+    return small_plan(SEQ, BATCH, [(n, ph, it, off, str(merged / n / n)) for n, ph, it, off in packs])
 
 
 def signature(eod: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from workflow_scripts.core import schedule
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.trainer_tokenizers import TRAINER_TOKENIZERS, trainer_eod
@@ -26,30 +27,28 @@ def _first(base: dict[str, Any], *names: str) -> Any:
     return next((base[n] for n in names if base.get(n) is not None), None)
 
 
-def check_base(
-    base: dict[str, Any], plan: dict[str, Any], train: TrainSettings, base_path: str
-) -> dict[str, int]:
+def check_base(base: dict[str, Any], plan: Plan, train: TrainSettings, base_path: str) -> dict[str, int]:
     """Check the base config against the plan and the cluster; return the parallel layout."""
     seq = _first(base, "seq_length")
-    if seq is not None and int(seq) != plan["seq_length"]:
+    if seq is not None and int(seq) != plan.seq_length:
         raise ConfigError(
-            f"{base_path}: seq_length {seq}, but the plan uses training.seq_length {plan['seq_length']}"
+            f"{base_path}: seq_length {seq}, but the plan uses training.seq_length {plan.seq_length}"
         )
     batch = _first(base, "train_batch_size", "global_batch_size")
-    if batch is not None and int(batch) != plan["global_batch_size"]:
+    if batch is not None and int(batch) != plan.global_batch_size:
         raise ConfigError(
             f"{base_path}: train batch size {batch}, but the plan uses training.global_batch_size "
-            f"{plan['global_batch_size']}"
+            f"{plan.global_batch_size}"
         )
     tp = int(_first(base, "model_parallel_size", "tensor_model_parallel_size") or 1)
     pp = int(_first(base, "pipe_parallel_size", "pipeline_model_parallel_size") or 1)
     dp = schedule.data_parallel_size(train.nodes, train.gpus_per_node, tp, pp)
     micro = int(_first(base, "train_micro_batch_size_per_gpu", "micro_batch_size") or 1)
-    accumulation = schedule.check_batch(plan["global_batch_size"], micro, dp)
+    accumulation = schedule.check_batch(plan.global_batch_size, micro, dp)
     given = _first(base, "gradient_accumulation_steps")
     if given is not None and int(given) != accumulation:
         raise ConfigError(
-            f"{base_path}: gradient_accumulation_steps {given}, but {plan['global_batch_size']} = micro "
+            f"{base_path}: gradient_accumulation_steps {given}, but {plan.global_batch_size} = micro "
             f"batch {micro} x data parallel {dp} x {accumulation}"
         )
     hidden, heads = _first(base, "hidden_size"), _first(base, "num_attention_heads")

@@ -10,6 +10,7 @@ import shlex
 from typing import Any
 
 from workflow_scripts.core import schedule
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train.configs.checks import ConfigError
 from workflow_scripts.train.configs.keys import Keys
@@ -64,7 +65,7 @@ NEOX_ONLY = (
 
 
 def arguments(
-    base: dict[str, Any], keys: Keys, train: TrainSettings, plan: dict[str, Any], tokenizer: TokenizerFiles
+    base: dict[str, Any], keys: Keys, train: TrainSettings, plan: Plan, tokenizer: TokenizerFiles
 ) -> dict:
     """Megatron-LM arguments: the base, then the computed keys under Megatron's names.
 
@@ -85,7 +86,7 @@ def arguments(
     elif tokenizer.kind == "gpt2":  # --vocab-file and --merge-file
         args["vocab_file"] = args.pop("tokenizer_model")
     start = schedule.start_offset(train.finetune_from, train.trainer)
-    boundaries = [start + p["iteration_offset"] for p in plan["packs"][1:]]
+    boundaries = [start + p.iteration_offset for p in plan.packs[1:]]
     if boundaries:
         args["phase_transition_iterations"] = ",".join(map(str, boundaries))
     args["exit_duration_in_mins"] = schedule.exit_duration_minutes(

@@ -22,6 +22,7 @@ from typing import Any
 
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.train_layout import TrainLayout
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import lint, summary
@@ -33,7 +34,7 @@ from workflow_scripts.train.sft import sft_plan
 
 
 def write_pack_config(
-    plan: dict[str, Any],
+    plan: Plan,
     signature: dict[str, Any],
     pack_name: str,
     base_path: str,
@@ -46,17 +47,17 @@ def write_pack_config(
 ) -> dict[str, Any]:
     """Check and write one pack's config and its keys file; return the summary row."""
     if sft:
-        plan = sft_plan(plan, plan["seq_length"], plan["global_batch_size"], seed, train.sft_epochs)
-    names = [p["name"] for p in plan["packs"]]
+        plan = sft_plan(plan, plan.seq_length, plan.global_batch_size, seed, train.sft_epochs)
+    names = [p.name for p in plan.packs]
     if pack_name not in names:
         raise ConfigError(f"pack {pack_name} is not in the plan (packs: {', '.join(names)})")
     index = names.index(pack_name)
     base = (neox if train.trainer == "neox" else megatron).read_base(base_path)
     layout = check_base(base, plan, train, base_path)
     eod = check_eod(signature, tokenizer, train.trainer)
-    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed)
+    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed, train.sft_epochs if sft else None)
     if train.init_hf:
-        for key, value in neox.hf_model_keys(base, train.init_hf, base_path, plan["seq_length"]).items():
+        for key, value in neox.hf_model_keys(base, train.init_hf, base_path, plan.seq_length).items():
             keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
     replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
     paths = TrainLayout(out_dir.rstrip("/"))
@@ -79,8 +80,7 @@ def write_pack_config(
         print(f"warning: {pack_name}: {warning}", file=sys.stderr)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-    pack = plan["packs"][index]
-    row = summary.row(pack, keys.values, train, layout, path)
+    row = summary.row(plan.packs[index], keys.values, train, layout, path)
     write_json(
         paths.keys(pack_name),
         {
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not train.base_config:
         parser.error("train.base_config is not set")
     row = write_pack_config(
-        read_json(args.plan),
+        Plan.read(args.plan),
         read_json(args.signature),
         args.pack,
         train.base_config,
