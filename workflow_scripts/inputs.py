@@ -4,18 +4,23 @@ file names only, no data is read).
 The raw sources (plus the embedded sample when ``sample.enabled``) become ingest groups, the tokenized
 sources become imported prefixes, and everything knowable from the config is checked, naming the key: some
 input at all, every source pattern matching a file, a phase's mixture, the languages and domains a mixture
-names, ``tokenizer.model``.
+names, ``tokenizer.model``. Also from the config: what the plan depends on, and the stages' settings as
+their commands' options.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.core.settings import from_config, to_args
 from workflow_scripts.datapacks.mixture import check_config
+from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.ingest.sample import NAME_REGEX, plan
 from workflow_scripts.ingest.sources import Group, resolve_groups
+from workflow_scripts.tokens.settings import TokenizerSettings, TokenizeSettings
 from workflow_scripts.tokens.sources import Imported, resolve_imports
 from workflow_scripts.train.settings import trained_keys
 
@@ -61,3 +66,13 @@ def plan_json(config: dict[str, Any]) -> str:
     return json.dumps(
         {**{k: config[k] for k in keys}, "train": trained_keys(config["train"])}, sort_keys=True
     )
+
+
+def stage_args(config: dict[str, Any]) -> tuple[str, str, str]:
+    """The dedup, tokenizer and tokenize settings as their commands' options (shell words). A tokenize job's
+    threads come from its rule's ``threads:``, so a change of them reruns nothing."""
+    seed = config["seed"]
+    dedup = to_args(from_config(DedupSettings, config["dedup"], seed=seed))
+    tokenizer = to_args(from_config(TokenizerSettings, config["tokenizer"], seed=seed))
+    tokenize = to_args(from_config(TokenizeSettings, config["tokenize"]), exclude=("threads",))
+    return shlex.join(dedup), shlex.join(tokenizer), shlex.join(tokenize)

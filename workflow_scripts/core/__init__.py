@@ -5,7 +5,9 @@
   ``dataset_commands`` holds ``snakepack verify``, ``info`` and ``merge``;
 - ``fsio``: crash-safe writes (temporary name, then rename) and compressed line files;
 - ``naming``: every name in the results tree, built and parsed in one place (``train_layout``: training);
-- ``lists``: the chunked lists of every shard that barrier rules write;
+- ``batches``: the per-shard stages' batch jobs (their shards, options and records); ``lists``: the chunked
+  lists of every shard that barrier rules write; ``versioned``: what the rules' input functions read, once per
+  version of a file or folder;
 - ``settings``: typed settings whose defaults come from ``config/schema.yaml``;
 - ``stage_stats``: a stage's ``stats.json`` and the one balance check (in = out + dropped);
 - ``cli``: the error convention (a user error is one line and exit status 2); ``config_errors``: one-line

@@ -9,7 +9,9 @@ a failure or a kill, and a member with a matching record and untouched files is 
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,6 +39,21 @@ def manifest(stage_dir: str, group: str, batch: int | str, suffix: str = ".json"
     return f"{stage_dir}/_batches/{group}.{batch}{suffix}"
 
 
+def manifest_of(stage_dir: str, shard: str, per_batch: int) -> str:
+    """The manifest of the batch job of ``stage_dir`` that covers ``shard`` (a name or file)."""
+    return manifest(stage_dir, naming.shard_group(shard), batch_of(shard, per_batch))
+
+
+def group_shards(folder: str) -> tuple[str, ...]:
+    """The shard files (paths) in a group's ingest folder, in order."""
+    return tuple(f"{folder}/{name}" for name in shard_files(folder))
+
+
+def group_batches(folder: str, per_batch: int) -> dict[int, list[str]]:
+    """The shard files (paths) of each batch of a group's ingest folder."""
+    return by_batch(group_shards(folder), per_batch)
+
+
 def members(shards: Iterable[str], batch: int | str, per_batch: int) -> list[str]:
     """The shards (names or files, as given) of batch ``batch``, in order."""
     return by_batch(shards, per_batch).get(int(batch), [])
@@ -48,6 +65,52 @@ def by_batch(shards: Iterable[str], per_batch: int) -> dict[int, list[str]]:
     for s in sorted(shards):
         found.setdefault(batch_of(s, per_batch), []).append(s)
     return found
+
+
+def total_size(paths: Iterable[str]) -> int:
+    """The files' total size in bytes."""
+    return sum(os.stat(path).st_size for path in paths)
+
+
+def runtime_minutes(shards: Iterable[str], mb_per_minute: float, threads: int) -> int:
+    """A batch job's time limit in minutes: its shard files' size at a conservative one-core rate, shared by
+    its threads (its members run side by side)."""
+    return 1 + math.ceil(total_size(shards) / 2**20 / mb_per_minute / threads)
+
+
+def threads_for(shards: Iterable[str], threads: int, mb_per_thread: float) -> int:
+    """A batch job's threads: one per ``mb_per_thread`` MB of its shard files, ``threads`` at most (a small
+    batch leaves the other cores to its neighbours; no output depends on it)."""
+    return max(1, min(threads, math.ceil(total_size(shards) / 1e6 / mb_per_thread)))
+
+
+def job_args(
+    stage_dir: str,
+    shards: str,
+    group: str,
+    batch: int | str,
+    per_batch: int,
+    *,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    member_log: str,
+    command: Sequence[str],
+) -> str:
+    """The options of ``snakepack batch`` (``workflow_scripts/batch.py``) for batch ``batch`` of ``group``
+    in ``stage_dir`` (``shards``: the ingest folder of every group): its shards, state and manifest, and each
+    member's inputs, outputs, log and command as templates, ``{group}`` filled in here and ``{shard}`` left
+    for the member."""
+
+    def fill(items: Sequence[str]) -> list[str]:
+        return [item.replace("{group}", group) for item in items]
+
+    state = manifest(stage_dir, group, batch, ".state")
+    options = ["--shards-dir", f"{shards}/{group}", "--batch", str(batch), "--per-batch", str(per_batch)]
+    options += ["--manifest", manifest(stage_dir, group, batch), "--state", state]
+    options += ["--member-log", *fill([member_log])]
+    options += [x for path in fill(inputs) for x in ("--input", path)]
+    options += [x for path in fill(outputs) for x in ("--output", path)]
+    return shlex.join([*options, "--", *fill(command)])
 
 
 def identity(paths: Sequence[str]) -> Identity | None:

@@ -1,12 +1,16 @@
-"""Dedup settings: one dataclass (defaults from config/schema.yaml's ``dedup``) and the LSH shape."""
+"""Dedup settings: one dataclass (defaults from config/schema.yaml's ``dedup``) and the LSH shape; and the
+files the rules wait for (the cluster step's pair files, a filter batch's assignments)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.settings import schema_entry, setting
 
@@ -113,6 +117,14 @@ def optimal_param(threshold: float, num_perm: int) -> tuple[int, int]:
             if error < best:
                 best, shape = error, (b, r)
     return shape
+
+
+def assignment_waits(assign_dir: str, shards: Iterable[str], summary: str) -> list[str]:
+    """What a filter batch waits for once the cluster step ran: each shard's assignment file (rewritten only
+    when the shard's outcome changes) and, while some shard has none yet, the cluster's ``summary``."""
+    paths = [f"{assign_dir}/{naming.shard_stem(shard)}.assign.json" for shard in shards]
+    found = [path for path in paths if os.path.exists(path)]
+    return found if len(found) == len(paths) else [*found, summary]
 
 
 def pair_files(work: str, partitions: int, band_groups: int) -> list[str]:

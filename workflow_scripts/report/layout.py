@@ -26,6 +26,16 @@ def chart_names(trainer_configs: bool, dedup: bool) -> dict[str, list[str]]:
     }
 
 
+def rule_files(
+    basedir: str, root: str, report: Callable[..., Any], trainer_configs: bool, dedup: bool
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
+    """Each section's caption files (its rule's inputs) and named outputs (``report``: Snakemake's
+    ``report()``, see :func:`marker`), for the charts of :func:`chart_names`."""
+    charts = chart_names(trainer_configs, dedup)
+    found = {s: captions(basedir, s, c) for s, c in charts.items()}
+    return found, {s: outputs(root, s, c, marker(report, s)) for s, c in charts.items()}
+
+
 def captions(basedir: str, section: str, charts: list[str]) -> list[str]:
     """The caption file of each chart, relative to the working directory (a moved tree reruns nothing)."""
     folder = os.path.relpath(os.path.join(basedir, "report", section))

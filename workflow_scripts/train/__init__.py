@@ -7,7 +7,8 @@ models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``;
 - ``trainer_tokenizers``: each trainer's tokenizer class for the data's tokenizer, and the EOD it takes,
 - ``sft``: SFT packs' iterations counted in ``k_bin_packed`` bins,
 - ``settings``: the ``train`` section, typed; ``job_request``: what a training job asks Slurm for,
-- ``chain``: the training chain as data (packs, segments, evaluations, retention), read by the rules,
+- ``chain``: the training chain as data (packs, segments, evaluations, retention), read by the rules through
+  ``rule_inputs`` (what a segment or an export waits for),
 - ``segment``: one segment as a Slurm job and its record; ``checkpoint_dirs``: the run's checkpoint folder;
   ``finetune``: a start from a checkpoint; ``progress_lines``: the trainers' printed losses,
 - ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
