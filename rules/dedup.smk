@@ -3,6 +3,14 @@ byte), ``dedup/{group}/removed/``, ``dedup/clusters.tsv``, ``report.json`` and `
 shards (signatures, filter) and gathered by hash partition and LSH band group (exact, bands, cluster).
 """
 
+# A batch member's files, as templates (``{group}`` and ``{shard}``: see batch_args in common.smk).
+SHARD_FILE = f"{SHARDS}/{{group}}/{SHARD_T}{SHARD_EXT}"
+SIG_FILE = f"{DEDUP_WORK}/sig/{SHARD_T}.sig"
+ASSIGN_FILE = f"{ASSIGN}/{SHARD_T}.assign.json"
+KEPT_FILE = f"{DEDUP}/{{group}}/{SHARD_T}{SHARD_EXT}"
+REMOVED_FILE = f"{DEDUP}/{{group}}/removed/{SHARD_T}{SHARD_EXT}"
+FILTER_STATS = f"{DEDUP_WORK}/stats/{SHARD_T}.stats.json"
+
 
 # The settings resolved once (LSH shape, datasketch's permutations): the signature jobs skip that cost.
 rule dedup_params:

@@ -40,7 +40,7 @@ rule ingest_stats:
 
 # A part of one of the lists of every shard (core/lists.py): the signatures, the shards the
 # tokenizer reads, the tokenized prefixes. It waits for the batch jobs that make its shards' files, and lives
-# in their directory (see LISTED).
+# in their directory (see LISTS in common.smk).
 rule list_chunk:
     input:
         get_list_chunk_inputs,

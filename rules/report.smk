@@ -13,9 +13,9 @@ rule report_plan:
         plan=f"{OUT}/plan.json",
         mixtures=expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
         configs=TRAIN_LAYOUT.file(train_layout.CONFIGS_CSV) if config["train"]["base_config"] else [],
-        captions=report_captions("plan"),
+        captions=REPORT_CAPTIONS["plan"],
     output:
-        **report_outputs("plan"),
+        **REPORT_OUTPUTS["plan"],
     log:
         f"{LOGS}/report/plan.log",
     localrule: True
@@ -37,9 +37,9 @@ rule report_data:
         tokenize=f"{TOK}/stats.json",
         signature=f"{TOK}/signature.json",
         plan=f"{OUT}/plan.json",
-        captions=report_captions("data"),
+        captions=REPORT_CAPTIONS["data"],
     output:
-        **report_outputs("data"),
+        **REPORT_OUTPUTS["data"],
     log:
         f"{LOGS}/report/data.log",
     localrule: True
@@ -63,9 +63,9 @@ rule report_data:
 rule report_training:
     input:
         plan=f"{OUT}/plan.json",
-        captions=report_captions("training"),
+        captions=REPORT_CAPTIONS["training"],
     output:
-        **report_outputs("training"),
+        **REPORT_OUTPUTS["training"],
     log:
         f"{LOGS}/report/training.log",
     localrule: True

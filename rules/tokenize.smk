@@ -4,6 +4,10 @@ the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/sign
 ``tokenized_sources`` enter here, verified and linked as ``tokenized/{group}_split_{source}-{NNNN}_text_document``.
 """
 
+# A batch member's files, as templates (``{group}`` and ``{shard}``: see batch_args in common.smk).
+CORPUS_FILE = f"{CORPUS}/{{group}}/{SHARD_T}{SHARD_EXT}"
+TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
+
 
 # A barrier: the one job that lists every shard the tokenizer reads (see signatures_list).
 rule corpus_list:
