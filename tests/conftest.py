@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests import slurm_client
 from tests import trainers as trainer_code
 from tests.utils import Workflow
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where Slurm's client is installed and no controller answers, every subprocess of the tests gets a
+    Slurm configuration that gives up at once (tests/slurm_client.py): no 9 s wait per Snakemake start."""
+    if os.environ.get("SNAKEPACK_QUIET_SLURM_CONF"):  # set by the controller process (xdist workers inherit)
+        return
+    conf = slurm_client.fail_fast_conf(Path(tempfile.mkdtemp(prefix="snakepack-slurm-")))
+    if conf is not None:
+        os.environ["SLURM_CONF"] = os.environ["SNAKEPACK_QUIET_SLURM_CONF"] = str(conf)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    conf = os.environ.get("SNAKEPACK_QUIET_SLURM_CONF")
+    return f"no Slurm controller answers: subprocesses use {conf} (MessageTimeout=1)" if conf else None
 
 
 @pytest.fixture
