@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
-import random
 import threading
 from pathlib import Path
 
@@ -14,7 +12,6 @@ import pytest
 import sentencepiece as spm
 import zstandard
 
-from tests.utils import WORDS as ALL_WORDS
 from tests.utils import write_jsonl
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.dataset_verify import verify
@@ -32,48 +29,8 @@ from workflow_scripts.tokens.reader import prefetch
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter, parse_marker_specs
 
-WORDS = {lang: ALL_WORDS[lang] for lang in ("en", "ru", "zh", "ja")}
 USER, ASSISTANT = "<<<|user|>>>", "<<<|assistant|>>>"
 MARKERS = [f"{USER}=<|user|>", f"{ASSISTANT}=<|assistant|>"]
-
-
-def make_text(rng: random.Random, lang: str, sentences: int) -> str:
-    joiner = "" if lang in ("zh", "ja") else " "
-    return "\n".join(
-        joiner.join(rng.choices(WORDS[lang], k=rng.randint(4, 12))) + "." for _ in range(sentences)
-    )
-
-
-@pytest.fixture(scope="session")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    rng = random.Random(7)
-    root = tmp_path_factory.mktemp("corpus")
-    paths = []
-    for lang in WORDS:
-        records = [{"id": f"{lang}-{i}", "text": make_text(rng, lang, 6)} for i in range(150)]
-        paths.append(write_jsonl(root / f"{lang}_web_cc_split_0001.jsonl", records))
-    return paths
-
-
-@pytest.fixture(scope="session")
-def model(corpus: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    prefix = tmp_path_factory.mktemp("tok") / "spm"
-    args = [
-        *map(str, corpus),
-        "--model-prefix",
-        str(prefix),
-        "--vocab-size",
-        "400",
-        "--max-sentences",
-        "2000",
-    ]
-    assert train_tokenizer.main(args) == 0
-    return prefix.with_suffix(".model")
-
-
-@pytest.fixture(scope="session")
-def tokenizer(model: Path) -> SentencePieceTokenizer:
-    return SentencePieceTokenizer(model)
 
 
 def run_tokenize(tokenizer: SentencePieceTokenizer, src: Path, out: Path, **kwargs) -> tuple[dict, str]:
@@ -141,69 +98,6 @@ def test_training_without_text_fails(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert snakepack(["train-tokenizer", str(src), "--model-prefix", str(tmp_path / "m")]) == 2
     assert "snakepack train-tokenizer: error: no training text" in capsys.readouterr().err
     assert not (tmp_path / "m.model").exists()
-
-
-# --- token lookup -----------------------------------------------------------------------------------------
-
-
-def foreign_model(corpus: list[Path], path: Path, **options: object) -> SentencePieceTokenizer:
-    """A SentencePiece model trained elsewhere: SentencePiece's own defaults plus ``options``."""
-    lines = [json.loads(line)["text"] for line in corpus[0].read_text(encoding="utf-8").splitlines()]
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_prefix=str(path),
-        vocab_size=200,
-        hard_vocab_limit=False,
-        minloglevel=2,
-        **options,
-    )
-    return SentencePieceTokenizer(path.with_suffix(".model"))
-
-
-@pytest.mark.parametrize(
-    ("options", "piece", "rule"),
-    [
-        ({}, "</s>", "the model's EOS '</s>'"),  # Megatron-LM's GPTSentencePieceTokenizer rule
-        ({"user_defined_symbols": ["<|endoftext|>"]}, "<|endoftext|>", "has '<|endoftext|>'"),  # GPT-NeoX's
-        ({"control_symbols": ["<|endoftext|>"], "eos_id": -1}, "<|endoftext|>", "has '<|endoftext|>'"),
-    ],
-)
-def test_eod_rule_for_foreign_models(
-    corpus: list[Path], tmp_path: Path, options: dict, piece: str, rule: str
-) -> None:
-    tokenizer = foreign_model(corpus, tmp_path / "m", **options)
-    eod, why = tokenizer.eod("auto")
-    assert tokenizer.sp.id_to_piece(eod) == piece and eod != tokenizer.sp.unk_id() and rule in why
-    assert tokenizer.eod("id:5") == (5, "given 'id:5'")
-    assert tokenizer.eod("<s>")[0] == tokenizer.sp.bos_id()
-    stats, prefix = run_tokenize(tokenizer, corpus[0], tmp_path / "out", eod="auto")
-    assert (stats["eod_id"], stats["eod_piece"]) == (eod, piece) and rule in stats["eod_rule"]
-    assert {IndexedDataset(prefix).document(i).tolist()[-1] for i in range(stats["docs_out"])} == {eod}
-
-
-def test_eod_rule_refuses_a_model_without_eod(corpus: list[Path], tmp_path: Path) -> None:
-    tokenizer = foreign_model(corpus, tmp_path / "m", eos_id=-1)
-    with pytest.raises(TokenizerError, match=r"m\.model: no EOD token: .* set tokenize\.eod_piece"):
-        tokenizer.eod("auto")
-    assert tokenizer.eod("id:1")[0] == 1
-
-
-def test_eod_rule_on_the_trained_model(tokenizer: SentencePieceTokenizer) -> None:
-    assert tokenizer.eod()[0] == tokenizer.sp.eos_id() == tokenizer.token_id("<|endoftext|>")
-
-
-def test_token_lookup_validates(tokenizer: SentencePieceTokenizer) -> None:
-    assert tokenizer.token_id("<|endoftext|>") == tokenizer.sp.piece_to_id("<|endoftext|>") > 2
-    assert tokenizer.token_id("id:7") == 7
-    assert tokenizer.token_id("<unk>") == tokenizer.sp.unk_id()
-    with pytest.raises(TokenizerError, match="silently use <unk>"):
-        tokenizer.token_id("<|missing|>")
-    with pytest.raises(TokenizerError, match="outside the vocabulary"):
-        tokenizer.token_id(f"id:{tokenizer.vocab_size}")
-    with pytest.raises(TokenizerError, match="id:N"):
-        tokenizer.token_id("id:x")
-    with pytest.raises(TokenizerError, match="needs at least one"):
-        resolve_settings(tokenizer, sft=True)
 
 
 # --- tokenization ------------------------------------------------------------------------------------------
@@ -469,41 +363,6 @@ LONG_TEXTS = [
     "Straße läuft über Rīgas ģimenes šodien " * 30,
     "東京の天気は晴れです。" * 30 + " and then some words " * 5,
 ]
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        None,
-        {},
-        {"add_dummy_prefix": False},
-        {"normalization_rule_name": "nmt_nfkc", "remove_extra_whitespaces": True},
-    ],
-)
-def test_long_documents_encode_in_pieces_to_the_same_ids(
-    tokenizer: SentencePieceTokenizer,
-    corpus: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    options: dict | None,
-) -> None:
-    model = tokenizer if options is None else foreign_model(corpus, tmp_path / "m", **options)
-    monkeypatch.setattr(base, "LONG_CHARS", 37)
-    library = choose.choose(model, TokenizeSettings(fast_encode=False, threads=1))
-    for text in LONG_TEXTS:
-        before = model.unsafe_cuts
-        pieces = list(model.pieces(text, 37))
-        unsafe = model.unsafe_cuts - before
-        assert len(pieces) > 5 and max(map(len, pieces)) <= 37
-        encoded = library.encode([text, "short one"])
-        flat, lengths = encoded.ids, encoded.lengths
-        if unsafe == 0:
-            assert flat[: lengths[0]].tolist() == model.sp.encode(text), (options, text[:40])
-        elif model.splits_safely:  # only where 37 characters pass without a space after a non-space
-            assert text.startswith("東京")
-    cjk = "東京の天気は晴れです" * 20  # no space at all: cut where it must, and counted
-    before = model.unsafe_cuts
-    assert len(list(model.pieces(cjk, 37))) == 6 and model.unsafe_cuts - before == 5
 
 
 def test_a_long_document_streams_to_the_same_bytes(

@@ -9,9 +9,9 @@ that gives the library's ids on this tokenizer, each checked where it starts:
   ``byte_engines``), else the unit memo (``byte_memo``; ``memo`` goes there at once), else ``tokenizers``.
 
 Why each was or was not taken is said once in the log and kept in the encoder for the stats
-(``Encoder.stats``). A SentencePiece model's checks run once per tokenizer (the batch commands encode many
-shards with one); a byte-level engine's build is shared per process and its check remembered on disk
-(``byte_engines``). ``prebuild`` starts that build before the tokenizer loads.
+(``Encoder.stats``). A SentencePiece model's checks run once per loaded tokenizer, and a model that passed
+gigatoken's is remembered on disk (``sp_gigatoken``); a byte-level engine's build is shared per process and
+its check remembered on disk (``byte_engines``). ``prebuild`` starts that build before the tokenizer loads.
 """
 
 from __future__ import annotations
