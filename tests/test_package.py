@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
+
+from workflow_scripts.core import compiled
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "workflow_scripts"
@@ -70,3 +73,18 @@ def test_a_package_docstring_names_the_modules_that_exist(package: Path) -> None
         assert (package / f"{ghost}.py").exists(), (
             f"{name}'s docstring names {ghost}, which is not in the package"
         )
+
+
+def test_every_compiled_part_is_built_named_and_stubbed() -> None:
+    """pyproject builds exactly the extensions of ``core.compiled``; each has a stub, and README and
+    .ci/setup (which installs the compiler they need) name each one."""
+    built = {
+        m["name"]
+        for m in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["ext-modules"]
+    }
+    assert built == set(compiled.EXTENSIONS)
+    readme, setup = (REPO / "README.md").read_text(), (REPO / ".ci" / "setup").read_text()
+    for name in compiled.EXTENSIONS:
+        assert (REPO / compiled.source(name)).with_suffix(".pyi").is_file(), name
+        stem = name.rsplit(".", 1)[1]
+        assert f"`{stem}`" in readme and f"{stem}.c" in setup, name

@@ -3,7 +3,7 @@
 Batch-size ramp-up (Megatron-LM's ``--rampup-batch-size START INCR SAMPLES``), warmup and decay in samples,
 data-parallel divisibility, parameter count, wall time, checkpoint cadence, ``exit_interval`` under a Slurm
 time limit, checkpoint rounds and checkpoint disk. Seed 004's comments get several of these wrong; the unit
-tests hold the correct values (and README's "Training configs" says where the seed erred).
+tests hold the correct values (and docs/training.md's "Training configs" says where the seed erred).
 """
 
 from __future__ import annotations
