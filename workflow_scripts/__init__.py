@@ -2,7 +2,7 @@
 
 One subpackage per stage over ``core`` (which imports no stage); a stage imports ``core`` and earlier stages
 only: ``ingest``, ``dedup``, ``tokens``, ``datapacks``, ``train``, then ``report`` (which reads them all).
-``cli`` is the ``snakepack`` command, with a subcommand per tool; ``batch`` runs one of them for every shard of
-a batch job (``snakepack batch``); ``inputs`` checks the run's inputs from the config when the Snakefile is
-parsed.
+``cli`` is the ``snakepack`` command, with a subcommand per tool; ``batch`` runs one of them for every shard
+of a batch job (``snakepack batch``); ``inputs`` checks the run's inputs from the config when the Snakefile
+is parsed.
 """
