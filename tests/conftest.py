@@ -23,6 +23,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["SLURM_CONF"] = os.environ["SNAKEPACK_QUIET_SLURM_CONF"] = str(conf)
 
 
+# The tiers (README, "Tests"): `pytest -m fast` while working; the whole suite (.ci/run) before a landing.
+# A test that runs Snakemake on a copy of the workflow is `workflow`, one that runs a trainer's code or the
+# reference trainer is `trainer`, one that needs the local Slurm is `slurm` (each file or test says so; the
+# fixtures below also mark whoever uses them); every other test is `fast`.
+MARKED_BY_FIXTURE = {"workflow": "workflow", "sample_run": "workflow", "trainers": "trainer"}
+SLOW = ("slurm", "workflow", "trainer", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in set(getattr(item, "fixturenames", ())) & MARKED_BY_FIXTURE.keys():
+            item.add_marker(MARKED_BY_FIXTURE[fixture])
+        if not any(item.get_closest_marker(name) for name in SLOW):
+            item.add_marker("fast")
+        if item.get_closest_marker("slurm"):  # one Slurm node: its tests run one at a time, on one worker
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     conf = os.environ.get("SNAKEPACK_QUIET_SLURM_CONF")
     return f"no Slurm controller answers: subprocesses use {conf} (MessageTimeout=1)" if conf else None

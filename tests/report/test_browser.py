@@ -21,10 +21,13 @@ from tests.utils import Workflow
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the dev extra)")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="Chromium is not installed (apt-get install chromium chromium-driver, as .ci/setup does)",
-)
+pytestmark = [
+    pytest.mark.workflow,
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="Chromium is not installed (apt-get install chromium chromium-driver, as .ci/setup does)",
+    ),
+]
 SCREENSHOT = os.environ.get("SNAKEPACK_REPORT_SCREENSHOT")
 
 

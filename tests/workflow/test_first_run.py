@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 
 from tests.utils import REPO, Workflow, snakemake_env, tail, train_tokenizer, web_source
 from workflow_scripts.ingest.sample import generate
+
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
 
 
 def digests(root: Path, *patterns: str) -> dict[str, str]:

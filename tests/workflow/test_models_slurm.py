@@ -20,6 +20,8 @@ from tests.workflow.test_train_slurm import CONFIG, SLURM
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import read_json
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 TRAIN = yaml.safe_load(CONFIG)["train"] | {"base_config": "config/train/neox-from-hf.yml"}
 ARGS = ("--configfile", "config/sample.yaml", "train.yaml", "hf.yaml")
 

@@ -14,6 +14,8 @@ import yaml
 
 from tests.utils import REPO, Workflow
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 RUN = ("--profile", "profiles/local", "--cores", "2")
 EXTRA = "en_extra_x"  # the group of the user source added to the sample
 WORDS = [

@@ -29,6 +29,8 @@ import pytest
 
 from tests.utils import Workflow, snakemake_env, tail
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 REPO = Path(__file__).resolve().parents[2]
 
 SNAKEMAKE_TIMEOUT_S = 1800

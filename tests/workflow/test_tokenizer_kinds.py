@@ -19,6 +19,8 @@ import yaml
 from tests.utils import REPO, Workflow, gpt2_pair, hf_folder
 from workflow_scripts.core.fsio import read_json
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 PACK = "results/train/warmup_0/done.json"  # the first pack trained by the reference trainer
 
 

@@ -25,6 +25,8 @@ from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference.train import PAUSE_AT
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 # exit_interval 12 at a 2 s/iter guess (checkpoint_factor 4): main trains in two segments and one spare
 CONFIG = """
 sample: {scale: 0.3}

@@ -22,6 +22,8 @@ from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
 from workflow_scripts.ingest.sample import generate
 
+pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
+
 # A user's own small run: one mixture, one phase, iterations sized for a few MB of text.
 SMALL_PLAN = {
     "training": {"seq_length": 128, "global_batch_size": 4},

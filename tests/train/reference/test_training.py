@@ -37,6 +37,8 @@ from workflow_scripts.datapacks.iterations import neox_samples
 from workflow_scripts.train import finetune, sft
 from workflow_scripts.train.hf import config as hf_config
 
+pytestmark = pytest.mark.trainer  # the test tiers: tests/conftest.py
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
