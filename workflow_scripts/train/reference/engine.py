@@ -5,7 +5,10 @@ launcher the ranks come from the environment. The backend is NCCL on GPUs and gl
 ``distributed_backend`` where it can work). DeepSpeed JIT-builds a shared-memory communication op for CPU
 runs on first use (about a minute); it is built into ``TORCH_EXTENSIONS_DIR``, which defaults to
 ``torch_extensions`` inside the Python environment (``sys.prefix``), so it is built once per environment
-(``snakepack train-reference --build-ops`` builds it ahead, as ``.ci/setup`` does).
+(``snakepack train-reference --build-ops`` builds it ahead, as ``.ci/setup`` does). The build always runs
+the environment's own ``ninja`` (the pip package beside this interpreter), whatever ``PATH`` says: two ninja
+versions hash their build log differently, so a process that found the system's ninja first and one that
+found the environment's would each rebuild the op the other built (a minute, inside a job's time limit).
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ class MissingDependency(UserError, ImportError):
 
 def extensions_dir() -> str:
     """Where DeepSpeed's JIT-built ops are cached: ``$TORCH_EXTENSIONS_DIR``, by default inside the
-    environment."""
+    environment; the environment's bin folder goes first on ``PATH``, so that its ninja builds them."""
+    bin_dir = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(bin_dir, "ninja")):
+        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
     return os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
 
 
