@@ -1,5 +1,5 @@
 """The typed plan: plan.json reads into a ``Plan`` and writes back byte for byte; a plan without a key it
-needs is refused, naming the file, the entry and the key."""
+needs, or with a value of another type, is refused, naming the file, the entry and the key."""
 
 from __future__ import annotations
 
@@ -79,14 +79,35 @@ def test_a_plan_reads_and_writes_back_byte_for_byte(tmp_path: Path, train: bool)
 
 def test_a_plan_without_a_key_names_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
     raw = read_json(write_plan(tmp_path, False))
-    del raw["packs"][1]["slices"][0]["tokens"]
+    tokens = raw["packs"][1]["slices"][0].pop("tokens")
     write_json(tmp_path / "old.json", raw)
     with pytest.raises(PlanFormatError) as refused:
         Plan.read(tmp_path / "old.json")
     assert str(refused.value).startswith(f"{tmp_path / 'old.json'}: packs[1].slices[0] has no 'tokens' (")
+    # one key missing at a time: which of two is named first is the reader's order
+    raw["packs"][1]["slices"][0]["tokens"] = tokens
     del raw["seq_length"]
     with pytest.raises(PlanFormatError, match=r"^the plan has no 'seq_length' \("):
         Plan.from_dict(raw)
+
+
+def test_a_plan_with_a_value_of_another_type_names_the_file_the_entry_and_the_key(tmp_path: Path) -> None:
+    raw = read_json(write_plan(tmp_path, False))
+    raw["packs"][0]["budget"] = "many"
+    write_json(tmp_path / "edited.json", raw)
+    with pytest.raises(PlanFormatError) as refused:
+        Plan.read(tmp_path / "edited.json")
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'edited.json'}: packs[0].budget: expected `int`, got `str` ("
+    )
+    assert "snakemake --forcerun plan" in str(refused.value)
+
+
+def test_a_plan_keeps_its_numbers_as_written(tmp_path: Path) -> None:
+    """A float field given an int (a config's ``checkpoint_quota_tb: 10``) is written back as 10, not 10.0."""
+    raw = read_json(write_plan(tmp_path, True))
+    raw["checkpoint_disk"]["quota_tb"] = 10
+    assert dumps_json(Plan.from_dict(raw).to_dict()) == dumps_json(raw)
 
 
 def test_a_plan_is_frozen(tmp_path: Path) -> None:
