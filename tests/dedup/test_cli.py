@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 import zstandard
 
 from workflow_scripts.core.fsio import read_json
@@ -221,6 +222,7 @@ def test_step_clis_give_the_standalone_result(tmp_path: Path) -> None:
     assert (stats["docs_in"], stats["removed"]) == (44, {"exact": 1, "near": 12, "total": 13})
 
 
+@pytest.mark.slow  # 9 s: hundreds of shards through every dedup step
 def test_many_shards_under_a_small_open_file_limit(tmp_path: Path) -> None:
     """The gather steps read thousands of signature files with at most 128 files open (the default limits
     on open files and memory maps cap what one job may hold, not how many shards it reads)."""
