@@ -54,12 +54,19 @@ def _close(name: str, known: Any) -> str:
     return f" (did you mean {match[0]}?)" if match else ""
 
 
-def lint_neox(config: dict[str, Any]) -> Findings:
-    """Unknown, ignored and aliased keys, values outside their choices, keys that collide."""
+def lint_neox(config: dict[str, Any], upstream: bool = False) -> Findings:
+    """Unknown, ignored and aliased keys, values outside their choices, keys that collide; the LUMI fork's
+    own keys are errors for ``upstream`` GPT-NeoX (``train.neox``), which refuses them."""
     spec, found = trainer_keys("neox"), Findings()
     keys, dead = spec["keys"], spec["dead"]
     fork = sorted(set(config) & set(spec["fork_only"]))
-    if fork:
+    if fork and upstream:
+        found.errors.extend(
+            f"{key}: a key of the LUMI fork (tilde-nlp/llm-gpt-neox) only; upstream GPT-NeoX (train.neox: "
+            "upstream) refuses the whole config"
+            for key in fork
+        )
+    elif fork:
         found.warnings.append(f"{', '.join(fork)}: keys of the LUMI fork (tilde-nlp/llm-gpt-neox) only")
     for key, value in config.items():
         if key not in keys:

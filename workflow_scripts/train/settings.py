@@ -36,6 +36,7 @@ class TrainSettings:
     """How the per-pack trainer configs are made (see config/schema.yaml, section ``train``)."""
 
     trainer: str = setting("train", "trainer")
+    neox: str = setting("train", "neox")
     base_config: str | None = setting("train", "base_config")
     checkpoints_dir: str | None = setting("train", "checkpoints_dir")
     nodes: int = setting("train", "nodes")

@@ -46,6 +46,8 @@ def write_pack_config(
     sft: bool = False,
 ) -> dict[str, Any]:
     """Check and write one pack's config and its keys file; return the summary row."""
+    if train.trainer == "neox":
+        neox.check_tree(plan, train, sft)
     if sft:
         plan = sft_plan(plan, plan.seq_length, plan.global_batch_size, seed, train.sft_epochs)
     names = [p.name for p in plan.packs]
@@ -64,8 +66,8 @@ def write_pack_config(
     path = paths.config(pack_name, ".yml" if train.trainer == "neox" else ".args")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if train.trainer == "neox":
-        final = neox.pack_config(base, keys)
-        findings = lint.lint_neox(final)
+        final = neox.pack_config(base, keys, train.neox)
+        findings = lint.lint_neox(final, upstream=train.neox == "upstream")
         text = neox.render(final)
     else:
         final = megatron.arguments(base, keys, train, plan, tokenizer)
