@@ -22,7 +22,7 @@ from workflow_scripts.train.chain import ChainError
 from workflow_scripts.train import job_request
 from workflow_scripts.train.hf import start as hf_start
 from workflow_scripts.train.rule_inputs import TrainInputs
-from workflow_scripts.train.settings import TrainSettings, trained_keys
+from workflow_scripts.train.settings import TrainSettings, resolved, trained_keys
 
 use_this_interpreter(workflow.basedir)
 set_progress_interval(config["progress_interval"])
@@ -56,7 +56,7 @@ try:  # everything knowable from the config fails here, in one line naming the k
     TOKENIZER_MERGES = [TOKENIZER_FILES.merges] if TOKENIZER_FILES.merges else []  # GPT-2's second file
     TOKENIZER_OPTS = shlex.join(kinds.options(TOKENIZER_FILES, config["tokenizer"]["type"]))  # beyond the model
     GROUPS, IMPORTS = inputs.resolve(config, SAMPLE_DIR)
-    config["train"] = hf_start.resolve(config["train"], TRAIN_LAYOUT)  # init_from.hf: its import is the start
+    config["train"] = resolved(hf_start.resolve(config["train"], TRAIN_LAYOUT))  # init_from.hf: the start; checks
     if INIT_HF and not workflow.remote_exec:  # the model's tokenizer is the data's, or no job runs
         hf_start.check_tokenizer(INIT_HF, TOKENIZER_FILES)
 except UserError as error:

@@ -358,6 +358,10 @@ def _sample_mixtures(**changes: dict) -> dict:
             {"sources": [{"name": "v", "paths": ["config/*.yaml", "config/typo*.yml"], "lang": "en"}]},
             "config: source v: no file matches 'config/typo*.yml'",
         ),
+        (
+            {"train": {"launch": "srun python deepy.py train.py {config}"}},
+            "config: train.eval_launch is the reference trainer's evaluation",
+        ),
     ],
 )
 def test_config_errors_stop_the_run_at_start(workflow: Workflow, change: dict, message: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.schedule import Round
 from workflow_scripts.core.settings import from_config, setting
 
@@ -24,6 +26,37 @@ RUN_KEYS = (
     "cpus_per_task",
     "export",
 )
+
+
+# The reference trainer's command (``snakepack train-reference``), a word of any launch that runs it.
+REFERENCE_TRAINER = re.compile(r"(?<!\S)train-reference(?!\S)")
+
+
+class TrainConfigError(UserError, ValueError):
+    """A ``train`` section the run cannot use; the message names the key."""
+
+
+def runs_reference(command: str | None) -> bool:
+    """Whether a launch command runs the reference trainer."""
+    return bool(command and REFERENCE_TRAINER.search(command))
+
+
+def resolved(section: dict[str, Any]) -> dict[str, Any]:
+    """The config's ``train`` section as the run reads it: an empty ``finetune_from`` is unset, and the
+    reference trainer's evaluation (``eval_launch``'s default) is refused where ``launch`` runs another
+    trainer, which would have its checkpoints evaluated by ours."""
+    if "finetune_from" in section and not section["finetune_from"]:
+        section = {**section, "finetune_from": None}
+    launch = section.get("launch", TrainSettings.launch)
+    evaluation = section.get("eval_launch", TrainSettings.eval_launch)
+    if runs_reference(evaluation) and not runs_reference(launch):
+        shown = " ".join(launch.split())[:80]
+        raise TrainConfigError(
+            f"train.eval_launch is the reference trainer's evaluation (its default), but train.launch runs "
+            f"another trainer ({shown}): set train.eval_launch to that trainer's evaluation of a checkpoint "
+            "(docs/training.md), or to null for no evaluation jobs"
+        )
+    return section
 
 
 def trained_keys(section: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +122,8 @@ class TrainSettings:
 
     @classmethod
     def from_config(cls, section: dict[str, Any]) -> TrainSettings:
-        """From the config's ``train`` section; missing keys take the schema's defaults."""
+        """From the config's ``train`` section (``resolved``); missing keys take the schema's defaults."""
+        section = resolved(section)
         rounds = tuple(Round(r["interval"], r.get("until")) for r in section.get("checkpoint_rounds", ()))
         rest = {k: v for k, v in section.items() if k != "checkpoint_rounds"}
         return from_config(cls, rest, checkpoint_rounds=rounds)
