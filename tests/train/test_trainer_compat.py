@@ -9,19 +9,17 @@ segment, a resume, a spare segment, a fine-tune's start and the segments after i
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.train.launches import launch_files
 from tests.trainers import Trainers
 from tests.utils import Workflow, sft_config
-from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import checkpoint_dirs, finetune, lint, segment
+from workflow_scripts.train import lint
 
 NEOXARGS = r"""
 import contextlib, io, json, sys
@@ -50,31 +48,6 @@ for path in json.loads(sys.argv[1]):
                  "exit_signal", "exit_signal_handler", "global_batch_size", "train_data_path", "load")})
 print(json.dumps(out))
 """
-START = 100  # the fine-tuning runs' starting checkpoint
-CONFIG = ("--configfile", "config/sample.yaml", "variant.yaml")  # the sample, its train section changed
-
-
-@pytest.fixture(scope="module")
-def variants(sample_run: Workflow, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Workflow]:
-    """The sample's trainer configs, rebuilt by the workflow for each trainer, with and without a start."""
-    root = tmp_path_factory.mktemp("compat")
-    starts = {t: root / "start" / checkpoint_dirs.of(t).tag(START) for t in checkpoint_dirs.TRAINERS}
-    for path in starts.values():
-        path.mkdir(parents=True)
-    built = {}
-    for trainer, finetuned in [("neox", False), ("neox", True), ("megatron", False), ("megatron", True)]:
-        name = f"{trainer}{'-finetune' if finetuned else ''}"
-        wf = sample_run.clone(root / name)
-        base = "config/train/neox-sample.yml" if trainer == "neox" else "config/train/megatron-sample.args"
-        train = {
-            "trainer": trainer,
-            "base_config": base,
-            "finetune_from": str(starts[trainer]) if finetuned else None,
-        }
-        (wf.root / "variant.yaml").write_text(yaml.safe_dump({"train": train}))
-        wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", *CONFIG)
-        built[name] = wf
-    return built
 
 
 @pytest.fixture(scope="module")
@@ -89,34 +62,6 @@ def sft_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     (wf.root / "variant.yaml").write_text(yaml.safe_dump(config))
     wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", "--configfile", "variant.yaml")
     return wf
-
-
-def launch_files(wf: Workflow) -> list[list[str]]:
-    """Every distinct ``{config}`` train-segment hands the launch, over the checkpoint folder's states."""
-    train = wf.root / "results" / "train"
-    start = yaml.safe_load((wf.root / "variant.yaml").read_text())["train"].get("finetune_from")
-    seen: dict[str, list[str]] = {}
-    for keys_file in sorted(train.glob(f"*/{train_layout.KEYS}")):
-        keys = segment.PackKeys.read(str(keys_file))
-        record = train / keys.pack / "segments" / "0.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        checkpoints = Path(keys.checkpoints)
-        layout = checkpoint_dirs.of(keys.trainer)
-        states = [None, keys.offset + 1, keys.end]  # first segment; a resume; the spare (pack finished)
-        for state in [*([START] if start else []), *states]:
-            (checkpoints / layout.tracker).unlink(missing_ok=True)
-            if state == START and start:
-                finetune.prepare(str(checkpoints), start, keys.trainer)
-            elif state is not None:
-                checkpoints.mkdir(parents=True, exist_ok=True)
-                layout.set_latest(str(checkpoints), state)
-            with contextlib.chdir(wf.root):  # the segments run there: the keys' paths are relative to it
-                files = [
-                    str(wf.root / f) for f in shlex.split(segment.config_arguments(keys, record, 0, start))
-                ]
-            seen[" ".join(files)] = files
-        (checkpoints / layout.tracker).unlink(missing_ok=True)
-    return list(seen.values())
 
 
 def upstream_copy(files: list[str], dest: Path) -> list[str]:
