@@ -208,8 +208,8 @@ rule train_prune:
 
 rule train_pack:
     input:
+        unpack(lambda wildcards: train_chain().finish_inputs(wildcards.pack)),  # a pack without segments: the one before
         pack_keys=TRAIN_LAYOUT.keys("{pack}"),
-        records=lambda wildcards: train_chain().records(wildcards.pack),
     output:
         TRAIN_LAYOUT.done("{pack}"),
     log:

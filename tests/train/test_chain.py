@@ -89,3 +89,27 @@ def test_a_segment_outside_the_chain_is_an_error_naming_the_pack_s_segments() ->
         build().waits_for("main_1", 3)
     with pytest.raises(ChainError, match="valid_en is not a pack of the plan"):
         build().segment("valid_en", 0)
+
+
+def test_a_pack_with_nothing_to_train_keeps_its_place_in_the_chain() -> None:
+    """A pack of 0 iterations has no segment (no record, evaluation or retention, no ``-1`` file): its end,
+    checked after the previous pack's, is what the next pack waits for."""
+    fields = ("pack", "iteration_offset", "train_iters", "exit_interval", "segments", "hours")
+    rows = [("warmup_0", 0, 10, 27, 2, 0.5), ("tail_1", 10, 0, 27, 0, 0.0), ("main_2", 10, 30, 27, 3, 2.0)]
+    summaries = [dict(zip(fields, row, strict=True)) for row in rows]
+    packs = [Pack.from_summary(LAYOUT.keys(s["pack"]), s) for s in summaries]
+    chain = Chain.build(packs, TrainSettings.from_config({"eval_launch": "eval {tag}"}), False, LAYOUT)
+    assert [s.pack.name for s in chain.segments] == ["warmup_0"] * 2 + ["main_2"] * 3
+    assert chain.waits_for("main_2", 0) == ["r/train/tail_1/done.json"]
+    assert chain.finish_inputs("tail_1") == {"records": [], "previous": ["r/train/warmup_0/done.json"]}
+    assert chain.finish_inputs("main_2") == {"records": chain.records("main_2"), "previous": []}
+    assert chain.prune_inputs("main_2", 0)["previous"] == ["r/train/warmup_0/retention/1.json"]
+    made = [*chain.target(), *chain.evaluations(), *chain.records()]
+    assert [p for p in made if "tail_1" in p] == ["r/train/tail_1/done.json"]
+    assert not [p for p in made if "-1" in p]
+    first = Chain.build(packs[1:], TrainSettings.from_config({}), False, LAYOUT)  # nothing before it
+    assert first.finish_inputs("tail_1")["previous"] == [] and first.waits_for("main_2", 0) == [
+        "r/train/tail_1/done.json"
+    ]
+    with pytest.raises(ChainError, match=r"tail_1 has no segment \(nothing to train\), not 0"):
+        chain.segment("tail_1", 0)

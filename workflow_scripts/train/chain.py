@@ -6,7 +6,9 @@ The Snakemake rules (``rules/train.smk``, through ``rules/common.smk``) and the 
 (``train/detach.py``) both read it; neither derives any of it again.
 
 - Segment k of a pack waits for segment k - 1; a pack's first segment waits for the previous pack's end
-  (``done``, under Snakemake) or its last segment (the detached chain, which checks the pack right after it).
+  (``done``: ``train-finished`` found its last step in the checkpoints), under Snakemake and detached.
+- A pack is checked after its segments; a pack with nothing to train (0 iterations, no segment) after the
+  pack before it, so it keeps its place: the next pack waits for it as for any other.
 - Each segment's checkpoint is evaluated when there is an eval command, and not in an SFT run unless
   ``train.evaluate_sft``.
 - Retention after segment k waits for its record, its evaluation and the retention before it (so for every
@@ -116,15 +118,30 @@ class Chain:
         found = next((s for s in self.segments if s.pack.name == pack and s.k == k), None)
         if found is None:
             n = self.pack(pack).segments
-            raise ChainError(f"{pack} has {n} segments (0-{n - 1}), not {k}")
+            has = f"{n} segments (0-{n - 1})" if n else "no segment (nothing to train)"
+            raise ChainError(f"{pack} has {has}, not {k}")
         return found
+
+    def before(self, pack: str) -> Pack | None:
+        """The pack trained before ``pack`` (None for the first)."""
+        index = self.packs.index(self.pack(pack))
+        return self.packs[index - 1] if index else None
 
     def waits_for(self, pack: str, k: int) -> list[str]:
         """What a segment waits for under Snakemake: the segment before it, or the previous pack's end."""
-        segment = self.segment(pack, k)
-        if segment.previous is None:
-            return []
-        return [segment.previous.record] if k else [self.layout.done(segment.previous.pack.name)]
+        self.segment(pack, k)  # an error naming the pack's segments where it has no such one
+        if k:
+            return [self.layout.record(pack, k - 1)]
+        before = self.before(pack)
+        return [self.layout.done(before.name)] if before else []
+
+    def finish_inputs(self, pack: str) -> dict[str, list[str]]:
+        """What a pack's check waits for: its records, or the previous pack's end where it has none."""
+        records, before = self.records(pack), self.before(pack)
+        return {
+            "records": records,
+            "previous": [self.layout.done(before.name)] if before and not records else [],
+        }
 
     def prune_inputs(self, pack: str, k: int) -> dict[str, Any]:
         """Retention after a segment: its record, its evaluation, the retention before it."""

@@ -7,7 +7,9 @@ Usage (the train_pack rule's command)::
 It checks that ``latest`` in the checkpoint folder names exactly the pack's last global step
 (``iteration_offset + train_iters``) and that this checkpoint exists, and writes the pack's summary from
 its segment records: segments, iterations recorded (a failed attempt leaves no record), wall time, the
-median measured s/iter, the last losses. The next pack's first segment waits for this file.
+median measured s/iter, the last losses. The next pack's first segment waits for this file. A pack with
+nothing to train has no segment and no record: it is done where the pack before it ended (at step 0 of a
+run with no checkpoint yet, before any).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", required=True, help="the pack's keys file")
     parser.add_argument("--out", required=True, help="the pack's summary (JSON)")
-    parser.add_argument("records", nargs="+", help="the pack's segment records, in order")
+    parser.add_argument("records", nargs="*", help="the pack's segment records, in order (none: no segment)")
     args = parser.parse_args(argv)
     keys = PackKeys.read(args.keys)
     latest = keys.latest()
     tag = keys.layout.path(keys.checkpoints, keys.end)
-    if latest != keys.end or not os.path.exists(tag):
+    untrained = latest is None and keys.end == 0 and not args.records  # nothing trained, nothing to train
+    if not untrained and (latest != keys.end or not os.path.exists(tag)):
         raise UserError(
             f"{keys.pack} is not finished: latest in {keys.checkpoints} is "
             f"{keys.tag(latest)}, its end is {keys.tag(keys.end)}"
@@ -45,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "first_step": keys.offset,
         "last_step": keys.end,
         "train_iters": keys.train_iters,
-        "checkpoint": keys.tag(keys.end),
+        "checkpoint": keys.tag(latest),
         "segments": len(records),
         "segments_training": len(trained),
         "iterations_recorded": sum(r["iterations"] for r in records),  # a failed attempt's are not
@@ -54,11 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train_loss": trained[-1]["train_loss"] if trained else None,
         "slurm_job_ids": [r["slurm_job_id"] for r in records],
     }
-    if records[-1]["last_step"] != keys.end:
+    if records and records[-1]["last_step"] != keys.end:
         raise UserError(
             f"{keys.pack}: its last segment record ends at step {records[-1]['last_step']}, the pack "
             f"at {keys.end} (records from another run?)"
         )
     write_json(args.out, summary)
-    print(f"train-finished: {keys.pack} at {keys.tag(keys.end)} after {len(records)} segment(s)")
+    print(f"train-finished: {keys.pack} at {keys.tag(latest)} after {len(records)} segment(s)")
     return 0
