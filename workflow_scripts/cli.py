@@ -67,6 +67,7 @@ COMMANDS: dict[str, Command] = {
     "train-finished": _c("train.finished", "check from the checkpoint that a pack reached its last step"),
     "train-curve": _c("train.curve", "the run's loss curve and its segment and evaluation tables"),
     "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
+    "launch-env": _c("train.launch_env", "a Slurm job's nodes, tasks and hostfile, from Slurm, for a launch"),
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
     "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
     "merge": _c("core.dataset_commands", "merge .bin/.idx prefixes in order", "merge_main"),
