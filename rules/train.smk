@@ -11,6 +11,8 @@ pack's first segment waits for that. ``train/loss.csv``, ``loss.png``, ``evals.c
 gather the run. ``train.detach: true`` submits the same segments as an sbatch chain instead.
 """
 
+from workflow_scripts.train import detach
+
 
 checkpoint train_config:
     input:
@@ -257,7 +259,8 @@ rule train:
 
 
 rule train_detach:
-    """Submit what is left of the chain as sbatch jobs (--dependency=afterany) and return."""
+    """Submit what is left of the chain as sbatch jobs, each asking for what the executor would give its rule,
+    and return."""
     input:
         pack_keys=lambda wildcards: [p.keys for p in train_chain().packs],
         start=[TRAIN_LAYOUT.file(train_layout.FINETUNE_START)] if config["train"]["finetune_from"] else [],
@@ -274,9 +277,17 @@ rule train_detach:
         logs_dir=LOGS,
         state=TRAIN_LAYOUT.detach_state,
         sft="--sft" if config["tokenize"]["mode"] == "sft" else "",
+        # the account, partition and time the Slurm executor would give each kind of job (detach.REQUEST_RULES)
+        requests=lambda wildcards, input: json.dumps(
+            detach.executor_resources(
+                {kind: getattr(rules, name).rule for kind, name in detach.REQUEST_RULES.items()},
+                {"wildcards": wildcards, "input": input, "attempt": 1, "threads": 1, "async_run": workflow.async_run},
+            )
+        ),
     shell:
         "python -m workflow_scripts train-detach --train-json {params.train:q} --train-dir {params.train_dir:q}"
-        " --logs-dir {params.logs_dir:q} --state {params.state:q} {params.sft} {input.pack_keys:q} 2>&1 | tee -a {log:q}"
+        " --logs-dir {params.logs_dir:q} --state {params.state:q} {params.sft} --requests-json {params.requests:q}"
+        " {input.pack_keys:q} 2>&1 | tee -a {log:q}"
 
 
 # A detached chain is submitted by every `snakemake train` (what is done or still queued is kept): the mark

@@ -292,8 +292,10 @@ def test_detached_chain_order_and_dependencies(pack, tmp_path):
     settings = TrainSettings.from_config({"keep_last": 2})
     units = detach.chain([pack["keys"]], settings, str(tmp_path / "train"), str(tmp_path / "logs"), sft=False)
     names = [u.name for u in units]
-    assert names == [f"p/{kind}/{k}" for k in range(4) for kind in ("segment", "after")] + ["curve"]
+    segments = [f"p/{kind}/{k}" for k in range(4) for kind in ("segment", "after")]
+    assert names == [*segments, "p/finished", "curve"]
     assert units[2].after_any == ["p/segment/0"] and units[3].after_ok == ["p/segment/1"]
     assert "train-eval" in units[1].command and "train-prune" in units[1].command
-    assert "train-finished" in units[7].command and "train-finished" not in units[5].command
+    assert units[8].after_any == ["p/segment/3"] and "train-finished" in units[8].command
+    assert not [u for u in units[:8] if "train-finished" in u.command]
     assert units[-1].after_any == [f"p/after/{k}" for k in range(4)]

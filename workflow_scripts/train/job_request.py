@@ -25,9 +25,10 @@ def slurm_extra(train: TrainSettings) -> str:
     return " ".join([*flags, *train.sbatch])
 
 
-def sbatch_flags(train: TrainSettings) -> list[str]:
-    """Every flag of a training job's request, as sbatch takes them (the detached chain)."""
-    flags = [f"--nodes={train.nodes}", f"--ntasks-per-node={train.gpus_per_node}"]
+def sbatch_flags(train: TrainSettings, nodes: int | None = None) -> list[str]:
+    """Every flag of a training job's request, as sbatch takes them (the detached chain), on ``nodes``
+    (default ``train.nodes``; an evaluation takes one)."""
+    flags = [f"--nodes={nodes or train.nodes}", f"--ntasks-per-node={train.gpus_per_node}"]
     if train.cpus_per_task:
         flags.append(f"--cpus-per-task={train.cpus_per_task}")
     return [*flags, *slurm_extra(train).split()]
