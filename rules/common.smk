@@ -193,4 +193,4 @@ def export_checkpoint(wildcards):
 
 def report_pages(wildcards=None):
     """The report's pages: plan and data, and training once it has records."""
-    return [f"{REPORT}/{s}/index.html" for s in ["plan", "data", *(["training"] if TRAIN_LAYOUT.records() else [])]]
+    return [f"{REPORT}/{s}/index.html" for s in ["plan", "data", *(["training"] if TRAIN_LAYOUT.records(CHECKPOINTS) else [])]]

@@ -72,12 +72,14 @@ rule report_training:
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.page),
         train_dir=lambda wildcards: TRAIN,
-        records=TRAIN_LAYOUT.stamps(),
+        checkpoints=CHECKPOINTS,  # the reference trainer's records are beside it
+        records=TRAIN_LAYOUT.stamps(CHECKPOINTS),
         seconds_per_iter=config["train"]["seconds_per_iter"],
     conda:
         "../envs/report.yaml"
     shell:
-        "python -m workflow_scripts report training --train-dir {params.train_dir:q} --plan {input.plan:q}"
+        "python -m workflow_scripts report training --train-dir {params.train_dir:q} --checkpoints {params.checkpoints:q}"
+        " --plan {input.plan:q}"
         " --seconds-per-iter {params.seconds_per_iter} --captions {input.captions:q} --out-dir {params.out_dir:q}"
         " > {log:q} 2>&1"
 

@@ -49,12 +49,15 @@ CONFIGS_MD = "configs.md"
 EVAL_JSONL = "eval.jsonl"
 FINETUNE_START = "finetune_start.json"
 # The records trainers leave, relative to the train folder: the Slurm segments, every run of them, their
-# curve (train_curve's loss.csv and evals.csv), and the reference trainer's curves and segments.
+# curve (train_curve's loss.csv and evals.csv); and relative to the folder that holds the run's checkpoint
+# folder (reference_run), the reference trainer's curves and segments.
 RECORD_PATTERNS = (
     f"*/{SEGMENTS}/*.json",
     f"*/{SEGMENTS}/{ATTEMPTS}/*.json",
     LOSS_CSV,
     EVALS_CSV,
+)
+REFERENCE_PATTERNS = (
     f"{REFERENCE}/*/{LOSS_CSV}",
     f"{REFERENCE}/*/{EVAL_JSONL}",
     f"{REFERENCE}/*/{SEGMENTS}/*.json",
@@ -119,15 +122,19 @@ class TrainLayout:
         """Snakemake's mark that the detached chain was submitted (removed once the run succeeded)."""
         return f"{self.root}/detach/submitted"
 
-    def records(self) -> list[str]:
-        """Every training record under the train folder, sorted (none before anything trained)."""
-        root = glob.escape(self.root)
-        return sorted(p for pattern in RECORD_PATTERNS for p in glob.glob(os.path.join(root, pattern)))
+    def records(self, checkpoints: str | None = None) -> list[str]:
+        """Every training record, sorted (none before anything trained): under the train folder, and the
+        reference trainer's beside the run's checkpoint folder ``checkpoints`` (default: the train folder's
+        ``checkpoints``, so beside them is the train folder)."""
+        beside = os.path.dirname(os.path.normpath(checkpoints)) if checkpoints else self.root
+        found = [os.path.join(glob.escape(self.root), pattern) for pattern in RECORD_PATTERNS]
+        found += [os.path.join(glob.escape(beside), pattern) for pattern in REFERENCE_PATTERNS]
+        return sorted({p for pattern in found for p in glob.glob(pattern)})
 
-    def stamps(self) -> str:
+    def stamps(self, checkpoints: str | None = None) -> str:
         """Each record with its modification time, one string: what the training charts depend on (not the
         records as inputs: those would put their training jobs into every DAG that makes the report)."""
-        return " ".join(f"{p}@{os.stat(p).st_mtime_ns}" for p in self.records())
+        return " ".join(f"{p}@{os.stat(p).st_mtime_ns}" for p in self.records(checkpoints))
 
     def log(self, name: str) -> str:
         """A log of the whole run (``configs``, ``curve``, ``detach``, ``status``) or ``{pack}_config``."""

@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
         data.add_argument(f"--{stage}", help=f"the {stage} JSON (left out: its charts are left out)")
     training = sections.add_parser("training", parents=[common], help="loss, s/iter, segment timeline")
     training.add_argument("--train-dir", required=True, help="the train stage's folder")
+    training.add_argument(
+        "--checkpoints",
+        help="the run's checkpoint folder (train.checkpoints_dir; default: the train folder's)",
+    )
     training.add_argument("--plan")
     training.add_argument("--seconds-per-iter", type=float, help="the plan's s/iter guess")
     return parser
@@ -64,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from workflow_scripts.core.train_layout import TrainLayout
         from workflow_scripts.report import training
 
-        files = TrainLayout(args.train_dir).records()
+        files = TrainLayout(args.train_dir).records(args.checkpoints)
         made = training.charts(files, Plan.read(args.plan) if args.plan else None, args.seconds_per_iter)
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")
