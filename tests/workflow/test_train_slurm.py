@@ -235,25 +235,30 @@ def test_detached_chain_is_submitted_once_and_resubmits_only_what_is_left(slurm_
     train = wf.root / "results" / "train"
     reset_training(wf)  # the chain test's run, or what is left of it
     first = wf.ok(*SLURM, "train", *DETACH)
-    assert "11 jobs in the chain: 0 done, 0 still queued or running, 11 submitted" in first, tail(first)
+    # 5 segments, each with its evaluation and retention, 2 pack checks and the curve
+    assert "13 jobs in the chain: 0 done, 0 still queued or running, 13 submitted" in first, tail(first)
     ids = read_json(train / "detach" / "chain.json")["jobs"]
+    job = subprocess.run(["scontrol", "show", "job", ids["main_1/segment/0"]], capture_output=True, text=True)
+    assert f"afterok:{ids['warmup_0/finished']}" in job.stdout, job.stdout  # pending: warmup_0 trains first
     again = wf.ok(*SLURM, "train", *DETACH)
     assert "0 submitted" in again and read_json(train / "detach" / "chain.json")["jobs"] == ids, tail(again)
 
-    # cancel the last (pending) segment: it and what waits on it are submitted again, nothing else
+    # cancel the last (pending) segment: it and what waits on it are submitted again, nothing else; the
+    # next pack's first segment waits afterok for the pack check (train-finished), not for a segment
     last = ids["main_1/segment/2"]
     subprocess.run(["scancel", last], check=True)
     third = wf.ok(*SLURM, "train", *DETACH)
     renewed = read_json(train / "detach" / "chain.json")["jobs"]
     changed = sorted(k for k in ids if renewed[k] != ids[k])
-    assert changed == ["curve", "main_1/after/2", "main_1/segment/2"], (changed, tail(third))
+    again_submitted = ["curve", "main_1/after/2", "main_1/finished", "main_1/segment/2"]
+    assert changed == again_submitted, (changed, tail(third))
 
     wait_for(lambda: not queued("snakepack_"), SNAKEMAKE_TIMEOUT_S, "the detached chain to finish")
     assert (train / "checkpoints" / "latest").read_text().strip() == "global_step20"
     assert read_json(train / "main_1" / "done.json")["last_step"] == 20
     assert read_json(train / "stats.json")["last_step"] == 20
     final = wf.ok(*SLURM, "train", *DETACH)
-    assert "11 jobs in the chain: 11 done, 0 still queued or running, 0 submitted" in final, tail(final)
+    assert "13 jobs in the chain: 13 done, 0 still queued or running, 0 submitted" in final, tail(final)
 
 
 def reset_training(wf: Workflow) -> None:
