@@ -19,7 +19,7 @@ from workflow_scripts.dedup.settings import assignment_waits, pair_files
 from workflow_scripts.report import layout as report_layout
 from workflow_scripts.tokens import kinds
 from workflow_scripts.train.chain import ChainError
-from workflow_scripts.train import job_request
+from workflow_scripts.train import job_request, launch_env
 from workflow_scripts.train.hf import start as hf_start
 from workflow_scripts.train.rule_inputs import TrainInputs
 from workflow_scripts.train.settings import TrainSettings, resolved, trained_keys
@@ -69,6 +69,9 @@ SHARD_T = "{shard}"  # a member's shard name in the templates of `snakepack batc
 LISTS = lists.Lists(f"{DEDUP_WORK}/sig", CORPUS, TOK, config["dedup"]["enabled"], PER_BATCH, tuple(IMPORTS))
 LIST_KIND = {folder.removeprefix(f"{OUT}/"): kind for kind, folder in LISTS.folders.items()}
 TRAIN_INPUTS = TrainInputs.of(config, TRAIN_LAYOUT, MERGED, TRAIN_CONFIG_EXT, CHECKPOINTS)  # train/rule_inputs.py
+# The training rules that the profile makes MPI jobs (profiles/lumi's `mpi: srun`), checked once training is asked.
+SET_RESOURCES = workflow.resource_settings.overwrite_resources
+MPI_TRAIN_RULES = [r for r in ("train_segment", "train_eval") if "mpi" in SET_RESOURCES.get(r, {}).keys()]
 # Each report section's chart captions (its inputs) and files (its outputs), by section (report/layout.py).
 REPORT_CAPTIONS, REPORT_OUTPUTS = report_layout.rule_files(
     workflow.basedir, REPORT, report, bool(config["train"]["base_config"]), config["dedup"]["enabled"]
@@ -160,7 +163,13 @@ def pack_summary(pack):
 
 
 def train_chain():
-    """The training chain, once every pack's trainer config exists (the train_config checkpoints)."""
+    """The training chain, once every pack's trainer config exists (the train_config checkpoints). First,
+    before any job: the Slurm plugin's refusal of an MPI job of one task per node."""
+    try:
+        if not config["train"]["detach"]:  # detach submits with sbatch itself
+            launch_env.check_mpi_tasks(config["train"]["gpus_per_node"], MPI_TRAIN_RULES)
+    except UserError as error:
+        raise WorkflowError(f"config: {error}") from None
     return TRAIN_INPUTS.chain(tuple(pack_summary(p) for p in planned_packs()))
 
 

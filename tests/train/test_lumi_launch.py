@@ -219,3 +219,20 @@ def test_a_job_shape_reads_slurms_own_fields_only():
         launch_env.shape_of("8123456", text.replace("NumTasks=16", "NumTasks=15"), ["nid005001", "nid005002"])
     with pytest.raises(launch_env.UserError, match="is 1 nodes, NumNodes 2"):
         launch_env.shape_of("8123456", text, ["nid005001"])
+
+
+def test_one_gpu_per_node_with_profiles_lumi_is_refused_before_any_job(workflow):
+    """profiles/lumi starts training jobs with `mpi: srun`, which the Slurm plugin refuses with one task per
+    node (its submit_string.py: "For MPI jobs, 'tasks_per_node' must be greater than 1"): `snakemake train`
+    says so before any job; a data run of the same config (the sample's 1 GPU) is not refused."""
+    env = snakemake_env() | {"SNAKEPACK_SLURM_ACCOUNT": "project_465000000"}
+    (workflow.root / "lumi.yaml").write_text(yaml.safe_dump({"train": LUMI | {"gpus_per_node": 1}}))
+    for target in ("train", "sample"):
+        args = ("--dry-run", "--profile", "profiles/lumi", target, "--configfile", "config/sample.yaml")
+        proc = workflow.run(*args, "lumi.yaml", timeout_s=120, env=env)
+        if target == "train":
+            assert proc.returncode != 0 and "train.gpus_per_node: 1 with mpi: srun" in proc.output, tail(
+                proc.output
+            )
+        else:
+            assert proc.returncode == 0, tail(proc.output)

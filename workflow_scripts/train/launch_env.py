@@ -27,7 +27,7 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from workflow_scripts.core.cli import UserError
@@ -125,3 +125,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, value in shape.variables().items():
         print(f"export {name}={shlex.quote(value)}")
     return 0
+
+
+def check_mpi_tasks(tasks_per_node: int, mpi_rules: Iterable[str]) -> None:
+    """Refuse, before any job, what the Slurm executor plugin refuses at the first training job: an MPI job
+    (a rule with the ``mpi`` resource: profiles/lumi's ``mpi: srun``) of one task per node
+    (snakemake-executor-plugin-slurm 2.8, submit_string.py: "For MPI jobs, 'tasks_per_node' must be
+    greater than 1"). A training job has a task per GPU."""
+    rules = sorted(mpi_rules)
+    if rules and tasks_per_node < 2:
+        raise UserError(
+            f"train.gpus_per_node: {tasks_per_node} with mpi: srun ({', '.join(rules)}; profiles/lumi): "
+            "the Slurm executor plugin refuses an MPI job of one task per node, and a training job has a "
+            "task per GPU; use 2 GPUs per node or more (a LUMI-G node has 8 GCDs)"
+        )
