@@ -34,7 +34,6 @@ def test_segments_wait_for_the_one_before_and_a_pack_for_the_previous_pack_s_end
     assert chain.waits_for("warmup_0", 1) == ["r/train/warmup_0/segments/0.json"]
     assert chain.waits_for("main_1", 0) == ["r/train/warmup_0/done.json"]
     assert chain.segment("main_1", 0).previous == chain.segment("warmup_0", 1)
-    assert [s.last for s in chain.segments] == [False, True, False, False, True]
 
 
 def test_retention_waits_for_its_evaluation_and_the_retention_before() -> None:

@@ -71,10 +71,6 @@ class Segment:
     retention: str
     previous: Segment | None  # the one before it in the chain, in this pack or the last of an earlier one
 
-    @property
-    def last(self) -> bool:
-        return self.k == self.pack.segments - 1
-
 
 def evaluates(train: TrainSettings, sft: bool) -> bool:
     """Whether every segment's checkpoint is evaluated: an eval command, and not SFT unless asked."""

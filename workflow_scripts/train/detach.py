@@ -3,7 +3,7 @@
 Usage (``snakemake train`` with ``train.detach: true`` runs it)::
 
     snakepack train-detach --train-json '{...}' --train-dir results/train --logs-dir logs \\
-        --state results/train/detach/chain.json KEYS...   # each pack's keys file, in order
+        --state results/train/detach/chain.json [--requests-json '{...}'] KEYS...   # each pack's keys file
 
 For months-long runs (seed 000's ``schedule.sh``): every segment of a pack is one sbatch job that
 depends ``afterany`` on the one before (a failed segment does not stop the pack: the next one resumes
