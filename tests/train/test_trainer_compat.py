@@ -44,8 +44,9 @@ for path in json.loads(sys.argv[1]):
         args = arguments.parse_args()
         arguments.validate_args(args)
     out.append({k: getattr(args, k, None) for k in
-                ("train_iters", "phase_transition_iterations", "finetune", "save_interval", "exit_interval",
-                 "exit_signal", "exit_signal_handler", "global_batch_size", "train_data_path", "load")})
+                ("train_iters", "train_samples", "phase_transition_iterations", "finetune", "save_interval",
+                 "exit_interval", "exit_signal", "exit_signal_handler", "global_batch_size",
+                 "train_data_path", "load")})
 print(json.dumps(out))
 """
 
@@ -127,9 +128,10 @@ def test_every_megatron_launch_parses_in_megatron_lm(
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     plan = read_json(wf.root / "results" / "plan.json")
     boundaries = [p["iteration_offset"] for p in plan["packs"][1:]]  # Megatron's --finetune starts at 0
-    ends = {p["iteration_offset"] + p["train_iters"] for p in plan["packs"]}
+    samples = plan["total_train_iters"] * plan["global_batch_size"]  # the whole run's, in every pack
     for args in loaded:
-        assert args["train_iters"] in ends and args["phase_transition_iterations"] == boundaries
+        assert args["train_iters"] is None and args["train_samples"] == samples
+        assert args["phase_transition_iterations"] == boundaries
         assert args["exit_signal_handler"] and args["exit_signal"] == 10  # SIGUSR1: what segments send
         assert args["global_batch_size"] == plan["global_batch_size"]
     if variant == "megatron-finetune":
@@ -137,13 +139,14 @@ def test_every_megatron_launch_parses_in_megatron_lm(
 
 
 def test_megatron_lm_itself_refuses_what_the_workflow_refuses(trainers: Trainers, tmp_path: Path) -> None:
-    """The refusal of seed 004's sample counts beside --train-iters mirrors Megatron-LM's own validate_args
-    (its ramp-up is refused for another reason: phase transitions need a fixed global batch size)."""
+    """The refusal of iteration counts beside the workflow's --train-samples mirrors Megatron-LM's own
+    validate_args (seed 004's ramp-up is refused for another reason: phase transitions need a fixed global
+    batch size)."""
     base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128"
     base += " --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 16 --lr 1e-4"
-    base += " --train-iters 100"
+    base += " --train-samples 1600"
     paths = []
-    for i, extra in enumerate(["--train-samples 3000", "--lr-warmup-samples 200", "--lr-decay-samples 900"]):
+    for i, extra in enumerate(["--train-iters 100", "--lr-warmup-iters 20", "--lr-decay-iters 90"]):
         paths.append(tmp_path / f"{i}.args")
         paths[-1].write_text(f"{base} {extra}\n")
     for path in paths:

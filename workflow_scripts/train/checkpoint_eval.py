@@ -6,15 +6,16 @@ Usage (the train_eval rule's command)::
         --launch "python -m workflow_scripts train-reference --config {config} --eval-only --tag {tag} \\
         --eval-out {out}"
 
-``--every segment`` (``train.eval_every``, the default) evaluates the segment's last checkpoint;
-``--every checkpoint`` every checkpoint it saved (seed 000 saves every 450 iterations and exits every
-8,550: 19 checkpoints a segment), oldest first, each one row of ``evaluations``. ``{config}``, ``{tag}``
-(``global_stepN`` or ``iter_NNNNNNN``), ``{checkpoint}`` (its folder), ``{out}`` and ``{pack}`` are filled
-in. The launch writes the evaluation JSON to ``{out}`` (the reference trainer's ``--eval-out``), or prints
-a validation line that ``progress_lines`` reads (GPT-NeoX, Megatron-LM), which is then written; an
-evaluation that keeps its own results (seed 000's perplexity tester and its CSV) is recorded as run. A
-segment that saved no new checkpoint (a spare finding its pack finished) is recorded as skipped, without
-running anything. ``train-curve`` gathers every evaluation into one table, a row per global step.
+``--every segment`` (``train.eval_every``, the default) evaluates the segment's last checkpoint; ``--every
+checkpoint`` every checkpoint it saved (seed 000 saves every 450 iterations and exits every 8,550: 19
+checkpoints a segment), oldest first, each one row of ``evaluations``. ``{config}``, ``{tag}``
+(``global_stepN`` or ``iter_NNNNNNN``), ``{step}`` (its global step), ``{checkpoint}`` (its folder),
+``{out}``, ``{pack}`` and, for Megatron-LM, ``{args}`` (the arguments expanded into argv) are filled in. The
+launch writes the evaluation JSON to ``{out}`` (the reference trainer's ``--eval-out``), or prints a
+validation line that ``progress_lines`` reads (GPT-NeoX, Megatron-LM), which is then written; an evaluation
+that keeps its own results (seed 000's perplexity tester and its CSV) is recorded as run. A segment that
+saved no new checkpoint (a spare finding its pack finished) is recorded as skipped, without running
+anything. ``train-curve`` gathers every evaluation into one table, a row per global step.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.train import progress_lines
+from workflow_scripts.train.configs import megatron
 from workflow_scripts.train.segment import PackKeys
 
 EVERY = ("segment", "checkpoint")
@@ -43,19 +45,31 @@ def saved_steps(keys: PackKeys, record: dict[str, Any], every: str) -> list[int]
     return [s for s in keys.layout.steps(record["checkpoints"]) if first < s <= last]
 
 
+def evaluation_command(launch: str, keys: PackKeys, checkpoints: str, step: int, out: str) -> str:
+    """The evaluation of the checkpoint of global step ``step``: ``{config}``, ``{tag}``, ``{step}``,
+    ``{checkpoint}`` (its folder), ``{out}``, ``{pack}``, and for Megatron-LM ``{args}``: the arguments file
+    expanded into argv for a run's own checkpoint (``megatron.argv``: no ``--finetune``, no phases)."""
+    tag = keys.layout.tag(step)
+    fields = {
+        "config": shlex.quote(keys.config),
+        "tag": tag,
+        "step": step,
+        "checkpoint": shlex.quote(os.path.join(checkpoints, tag)),
+        "out": shlex.quote(out),
+        "pack": keys.pack,
+    }
+    if keys.trainer == "megatron":
+        fields["args"] = shlex.join(megatron.argv(keys.config, evaluation=True))
+    return launch.format(**fields)
+
+
 def evaluate(keys: PackKeys, record: dict[str, Any], step: int, launch: str, out: str) -> dict[str, Any]:
     """Run the evaluation of one checkpoint; its result (``iteration``, ``valid_loss``...)."""
     tag = keys.layout.tag(step)
     tmp = f"{out}.part"
     if os.path.exists(tmp):
         os.remove(tmp)
-    command = launch.format(
-        config=shlex.quote(keys.config),
-        tag=tag,
-        checkpoint=shlex.quote(os.path.join(record["checkpoints"], tag)),
-        out=shlex.quote(tmp),
-        pack=keys.pack,
-    )
+    command = evaluation_command(launch, keys, record["checkpoints"], step, tmp)
     print(f"train-eval: {keys.pack} {tag}\n  $ {command}", flush=True)
     proc = subprocess.run(
         command,
@@ -86,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--record", required=True, help="the segment's record")
     parser.add_argument("--out", required=True, help="the evaluation (JSON)")
     parser.add_argument(
-        "--launch", required=True, help="the evaluation; {config} {tag} {checkpoint} {out} {pack}"
+        "--launch",
+        required=True,
+        help="the evaluation; {config} {tag} {step} {checkpoint} {out} {pack} {args}",
     )
     parser.add_argument("--every", choices=EVERY, default="segment", help="train.eval_every")
     args = parser.parse_args(argv)

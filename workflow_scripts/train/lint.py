@@ -19,11 +19,12 @@ from typing import Any
 
 KEYS_DIR = Path(__file__).with_name("trainer_keys")
 RAMPUP = ("rampup_batch_size", "step_batch_size_schedule")
-SAMPLE_BASED = (
-    "train_samples",
-    "lr_warmup_samples",
-    "lr_decay_samples",
-)  # Megatron-LM: not with --train-iters
+ITERATION_BASED = (
+    "train_iters",
+    "lr_warmup_iters",
+    "lr_decay_iters",
+    "lr_wsd_decay_iters",
+)  # Megatron-LM: not with --train-samples (validate_args), or ignored beside it (--lr-wsd-decay-iters)
 HINTS = {
     "ffn_hidden_size": "GPT-NeoX calls the MLP width intermediate_size",
     "global_batch_size": "GPT-NeoX calls it train_batch_size",
@@ -120,11 +121,12 @@ def lint_megatron(config: dict[str, Any]) -> Findings:
         if key not in spec["keys"]:
             found.errors.append(f"{key}: not a Megatron-LM argument{_close(key, spec['keys'])}")
             continue
-        if key in SAMPLE_BASED:
+        if key in ITERATION_BASED and value not in (0, None):
             found.errors.append(
-                f"{spec['keys'][key]['flags'][0]}: the workflow sets --train-iters from the plan, and "
-                "Megatron-LM's validate_args refuses sample counts beside it: give the LR schedule in "
-                "iterations (--lr-warmup-iters, --lr-decay-iters) or as --lr-warmup-fraction"
+                f"{spec['keys'][key]['flags'][0]}: the workflow sets --train-samples from the plan "
+                "(Megatron-LM's phases count samples), and Megatron-LM's validate_args refuses iteration "
+                "counts beside it: give the LR schedule in samples (--lr-warmup-samples, --lr-decay-samples, "
+                "--lr-wsd-decay-samples) or as --lr-warmup-fraction"
             )
             continue
         if key in RAMPUP:

@@ -6,7 +6,8 @@ Read from a trainer's standard output, so a segment's record does not depend on 
 - GPT-NeoX: ``iteration       12/     40 | ... | lm_loss: 7.1E+00 | ...`` and
   ``validation results at iteration 12 | lm_loss value: 7.3E+00 | ...``
 - Megatron-LM: ``iteration       12/      40 | ... | lm loss: 7.1E+00 | ...`` and
-  ``validation loss at iteration 12 | lm loss value: 7.3E+00 | ...``
+  ``validation loss at iteration 12 on validation set | lm loss value: 7.3E+00 | ...`` (and the same ``on test
+  set``, which is not read)
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import re
 
 NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 ITERATION = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)")
-VALIDATION = re.compile(r"\bvalidation (?:results |loss )?at (?:iteration )?(\d+)\s*[:|](.*)")
+VALIDATION = re.compile(
+    r"\bvalidation (?:results |loss )?at (?:iteration )?(\d+)(?: on validation set)?\s*[:|](.*)"
+)
 LOSS = re.compile(r"\b(?:lm[ _])?loss(?: value)?:?\s+" + NUMBER)
 
 

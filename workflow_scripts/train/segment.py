@@ -8,7 +8,8 @@ Usage (the train_segment rule's command)::
 
 It runs the trainer's launch command (``{config}``: the pack's config, or once a fine-tuning run has saved
 its own checkpoint a copy of it with ``finetune`` off: one file, as GPT-NeoX refuses a key repeated across
-its files; ``{pack}``), with the pack's environment (the SFT switches), passing on SIGTERM and SIGUSR1. The
+its files; ``{pack}``; Megatron-LM's ``{args}``: that file expanded into argv), with the pack's
+environment (the SFT switches), passing on SIGTERM and SIGUSR1. The
 trainer resumes from its tracker (``latest``; checkpoint_dirs gives each trainer's layout) and stops at its
 ``exit_interval`` boundary, at the pack's end, or on the signal, saving first. Inside Slurm, a watchdog
 sends SIGUSR1 ``--margin-minutes`` before the job's time limit (asked from squeue), so a segment uses its
@@ -22,7 +23,8 @@ retry resumes from ``latest``) when the trainer fails, when it made no progress 
 when it is the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its
 record as an attempt beside the records (``train_layout.attempt``; ``exit``: why it failed): the loss
 curve takes the iterations of a killed attempt from there. A segment that finds the pack finished runs the
-trainer anyway (it loads and verifies the checkpoint) and records zero iterations.
+trainer anyway (it loads and verifies the checkpoint) and records zero iterations; Megatron-LM is not started
+then (at the pack's end, a phase transition, it would train the next phase on this pack's data).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from workflow_scripts.core import train_layout
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.train import checkpoint_dirs, finetune, progress_lines, slurm
+from workflow_scripts.train.configs import megatron
 
 
 class SegmentError(UserError, RuntimeError):
@@ -184,6 +187,16 @@ def config_arguments(keys: PackKeys, record: Path, segment: int, start: str | No
     return shlex.quote(str(off))
 
 
+def launch_command(template: str, keys: PackKeys, config: str) -> str:
+    """The trainer's command: ``{config}`` (the file, quoted, as ``config_arguments`` gives it), ``{pack}``,
+    and for Megatron-LM ``{args}``: the arguments file expanded into argv, one quoted word a flag or value
+    (``pretrain_gpt.py`` reads no arguments file)."""
+    fields = {"config": config, "pack": keys.pack}
+    if keys.trainer == "megatron":
+        fields["args"] = shlex.join(megatron.argv(*shlex.split(config)))
+    return template.format(**fields)
+
+
 def position(keys: PackKeys, start: str | None) -> int | None:
     """The run's global step: the tracker's, or None while it still names the fine-tuning start (the
     run has none of its own; Megatron-LM's ``--finetune`` restarts at iteration 0)."""
@@ -210,9 +223,8 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
             f"{keys.end}: a later pack has trained already (its config changed?)"
         )
     target = keys.boundary(args.segment)
-    command = args.launch.format(
-        config=config_arguments(keys, record_path, args.segment, args.finetune_from), pack=keys.pack
-    )
+    config = config_arguments(keys, record_path, args.segment, args.finetune_from)
+    command = launch_command(args.launch, keys, config)
     started, wall0 = dt.datetime.now(dt.UTC), time.perf_counter()
     print(
         f"train-segment: {keys.pack} segment {args.segment + 1} of {args.segments}: latest "
@@ -221,15 +233,20 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     launch = Launch(command, {**os.environ, **keys.environment})
-    forward = {
-        s: signal.signal(s, lambda signum, _: launch.signal(signum, f"signal {signum}"))
-        for s in (signal.SIGTERM, signal.SIGUSR1)
-    }
-    try:
-        rc = launch.run(deadline_of(args.margin_minutes))
-    finally:
-        for s, handler in forward.items():
-            signal.signal(s, handler)
+    if keys.trainer == "megatron" and before == keys.end:
+        rc = 0  # its tracker is this pack's end, a phase transition: Megatron-LM would train the next
+        # phase on this pack's data (or, past the run's last transition, find no phase and fail)
+        print(f"train-segment: {keys.pack} is finished: Megatron-LM is not started", flush=True)
+    else:
+        forward = {
+            s: signal.signal(s, lambda signum, _: launch.signal(signum, f"signal {signum}"))
+            for s in (signal.SIGTERM, signal.SIGUSR1)
+        }
+        try:
+            rc = launch.run(deadline_of(args.margin_minutes))
+        finally:
+            for s, handler in forward.items():
+                signal.signal(s, handler)
     wall = time.perf_counter() - wall0
     after = position(keys, args.finetune_from)
     first = keys.offset if before is None or before < keys.offset else before

@@ -1,5 +1,6 @@
-"""Megatron-LM's arguments: packs chained by phase transitions, and seed 004's schedule refused naming the
-key."""
+"""Megatron-LM's arguments: packs chained by phase transitions over the run's samples, an LR schedule that
+differs between packs refused (Megatron-LM's scheduler would assert on the resume), and seed 004's schedule
+refused naming the key."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
     n = train_iters(U1_TOKENS, SEQ, BATCH)
     for line in [
         f"--train-data-path {tmp_path}/merged/U1_1/U1_1",
-        f"--train-iters {2000 + n}",  # the global step the pack ends at
+        f"--train-samples {(2000 + n) * BATCH}",  # the whole run's, in every pack
         "--phase-transition-iterations 2000",
         "--save-interval 450",
         "--exit-interval 8550",
@@ -46,7 +47,9 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
         "--save /scratch/ckpt",
     ]:
         assert line in lines, line
-    assert not any(x.startswith(("--iteration-offset", "--warmup", "--keep-last")) for x in lines)
+    assert not any(
+        x.startswith(("--iteration-offset", "--warmup", "--keep-last", "--train-iters")) for x in lines
+    )
     with pytest.raises(ConfigError, match="Megatron-LM's GPTSentencePieceTokenizer takes EOD"):
         write_u1(2)
 
@@ -58,16 +61,17 @@ SEED_004_ROUNDS = [{"interval": 10, "until": 100}, {"interval": 18, "until": 100
     ("extra", "rounds", "named"),
     [
         ("--rampup-batch-size 16 16 5000000", (), "--rampup-batch-size"),
-        ("--train-samples 300000000", (), "--train-samples"),
-        ("--lr-warmup-samples 216320 --lr-decay-samples 126953125", (), "--lr-warmup-samples"),
+        ("--lr-decay-style WSD --lr-wsd-decay-iters 1000", (), "--lr-wsd-decay-iters"),
+        ("--lr-warmup-iters 2000 --lr-decay-iters 220000", (), "--lr-warmup-iters"),
         ("", SEED_004_ROUNDS, "train.checkpoint_rounds"),
     ],
 )
 def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
     tmp_path: Path, model: Path, extra: str, rounds: list, named: str
 ) -> None:
-    """Seed 004 (Megatron-LM): batch ramp-up over samples, LR warmup and decay in samples, three checkpoint
-    rounds. Packs need a fixed batch and --train-iters; Megatron-LM saves at one interval only."""
+    """Seed 004 (Megatron-LM): batch ramp-up over samples, three checkpoint rounds; and an LR schedule in
+    iterations. Packs need a fixed batch, phases count samples (--train-samples), and Megatron-LM saves at
+    one interval only."""
     base = tmp_path / "base.args"
     base.write_text(
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192 --global-batch-size 576\n"
@@ -80,3 +84,39 @@ def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
             plan(tmp_path / "merged"), signature(3), "warmup_0", str(base), TrainSettings.from_config(train),
             TokenizerFiles.resolve(str(model)), str(tmp_path / "train"), "/scratch/ckpt", 1,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("keys", "refused"),
+    [
+        ({"later_packs": {"lr_decay_style": "constant"}}, "learning rate decay style"),
+        ({"first_pack": {"lr_warmup_fraction": 0.01}}, "warmup iterations"),
+        ({"phase_overrides": {"U1": {"lr": 2e-4}}}, "learning rate"),
+        ({"phase_overrides": {"U1": {"lr": 2e-4, "override_opt_param_scheduler": True}}}, None),
+        ({"later_packs": {"lr_decay_style": "constant", "use_checkpoint_opt_param_scheduler": True}}, None),
+        ({"first_pack": {"lr_warmup_fraction": 0.01}, "later_packs": {"lr_warmup_fraction": 0.01}}, None),
+    ],
+)
+def test_a_schedule_that_differs_between_packs_is_refused_as_megatron_would(
+    tmp_path: Path, model: Path, keys: dict, refused: str | None
+) -> None:
+    """U1_1 resumes warmup_0's last checkpoint: OptimizerParamScheduler.load_state_dict asserts that its LR
+    and weight-decay values match the checkpoint's unless one of the two scheduler flags says whose win."""
+    base = tmp_path / "base.args"
+    base.write_text(
+        "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192 --global-batch-size 576\n"
+        "--micro-batch-size 3 --tensor-model-parallel-size 2 --lr 1.6e-4 --lr-decay-style cosine\n"
+    )
+    train = {**SEED_000, "trainer": "megatron", "base_config": str(base), "phase_overrides": {}, **keys}
+
+    def write_u1() -> None:
+        write_pack_config(
+            plan(tmp_path / "merged"), signature(3), "U1_1", str(base), TrainSettings.from_config(train),
+            TokenizerFiles.resolve(str(model)), str(tmp_path / "train"), "/scratch/ckpt", 1,
+        )  # fmt: skip
+
+    if refused is None:
+        write_u1()
+    else:
+        with pytest.raises(ConfigError, match=f"checkpoint value for {refused} do not match"):
+            write_u1()

@@ -57,7 +57,8 @@ def write_pack_config(
     base = (neox if train.trainer == "neox" else megatron).read_base(base_path)
     layout = check_base(base, plan, train, base_path)
     eod = check_eod(signature, tokenizer, train.trainer)
-    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed, train.sft_epochs if sft else None)
+    sft_epochs = train.sft_epochs if sft else None
+    keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed, sft_epochs)
     if train.init_hf:
         for key, value in neox.hf_model_keys(base, train.init_hf, base_path, plan.seq_length).items():
             keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
@@ -71,6 +72,10 @@ def write_pack_config(
         text = neox.render(final)
     else:
         final = megatron.arguments(base, keys, train, plan, tokenizer)
+        if index:  # it resumes from the previous pack's last checkpoint, LR schedule included
+            before = pack_keys(plan, index - 1, train, checkpoints, tokenizer, seed, sft_epochs)
+            saved = megatron.arguments(base, before, train, plan, tokenizer)
+            megatron.check_scheduler(saved, final, names[index - 1], pack_name)
         findings = lint.lint_megatron(final)
         text = megatron.render(final)
     if findings.errors:

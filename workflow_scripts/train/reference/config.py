@@ -305,15 +305,17 @@ def _check_values(raw: dict[str, Any], bf16: bool) -> tuple[list[str], str, int]
     return notes, precision, stage
 
 
-def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -> RunConfig:
+def load_config(
+    paths: Sequence[str], world_size: int = 1, bf16: bool = False, evaluation: bool = False
+) -> RunConfig:
     """Read and check the config(s) for a run of ``world_size`` data-parallel processes (``bf16``: the GPU
-    supports bfloat16)."""
+    supports bfloat16; ``evaluation``: for ``--eval-only``, a Megatron-LM run read without its phases)."""
     path = paths[0]
     megatron: dict[str, Any] = {}
     if path.endswith(".args"):
         if len(paths) > 1:
             raise ConfigError(f"{', '.join(paths)}: Megatron-LM takes one arguments file")
-        raw, megatron = megatron_config.read_megatron(path)
+        raw, megatron = megatron_config.read_megatron(path, evaluation)
     else:
         raw = neox_config.read_yaml(paths)
     for key in ("pipe_parallel_size", "model_parallel_size"):
@@ -409,4 +411,5 @@ def load_config(paths: Sequence[str], world_size: int = 1, bf16: bool = False) -
         keep_last=_int(raw, "keep_last_n_checkpoints", minimum=1),
         phase_transitions=megatron.get("phase_transitions", ()),
         save_signals=megatron.get("save_signals", RunConfig.save_signals),
+        scheduler=megatron.get("scheduler", {}),
     )

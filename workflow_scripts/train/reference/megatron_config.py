@@ -1,8 +1,16 @@
 """A Megatron-LM arguments file (``.args``) read as Megatron-LM's ``parse_args`` would (an unknown flag is
-refused) and mapped onto GPT-NeoX's keys for the same run: ``--train-iters`` is the global step the pack ends
-at and the pack starts at the last ``--phase-transition-iterations`` before it; ``--exit-interval`` counts
-global iterations; without ``--exit-signal-handler`` a signal stops the run unsaved, and with it only
-``--exit-signal`` (SIGTERM unless given) saves. Megatron-LM's tokenizer classes are read as GPT-NeoX's.
+refused) and mapped onto GPT-NeoX's keys for the same run. The run is ``--train-iters`` iterations, or
+``--train-samples`` / global batch (never both: ``validate_args``); ``--phase-transition-iterations`` need
+``--train-samples`` (Megatron-LM ends its last phase there; without it its dataset sizes fail with a
+TypeError). The phase trained is the one the run's iteration falls in, as Megatron-LM picks it: from the
+last transition at or before the iteration it resumes at (``load``'s tracker; 0 for ``--finetune`` or a
+fresh run) to the next one, on the file's data path, so a run resumed at a transition trains the next phase
+(train-segment never starts one there); ``evaluation`` reads it as train-eval's argv, without phases.
+``--exit-interval`` counts global iterations; without ``--exit-signal-handler`` a signal stops the run
+unsaved, and with it only ``--exit-signal`` (SIGTERM unless given) saves. The LR and weight-decay values
+that ``OptimizerParamScheduler`` checks on a resume (``configs.megatron.SCHEDULER``) are kept to be saved
+in each checkpoint and compared there, unless a scheduler flag says whose win. Megatron-LM's tokenizer
+classes are read as GPT-NeoX's.
 """
 
 from __future__ import annotations
@@ -11,7 +19,8 @@ import shlex
 import signal
 from typing import Any
 
-from workflow_scripts.train import lint
+from workflow_scripts.train import checkpoint_dirs, lint
+from workflow_scripts.train.configs.megatron import SCHEDULER, SCHEDULER_FROM_ARGS
 from workflow_scripts.train.reference.run_config import ConfigError
 
 MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
@@ -47,8 +56,9 @@ MEGATRON_TOKENIZERS = {  # Megatron-LM's tokenizer_type -> the GPT-NeoX one the 
 }
 
 
-def read_megatron(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Megatron-LM arguments file as (the GPT-NeoX keys it maps to, the Megatron-only settings)."""
+def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Megatron-LM arguments file as (the GPT-NeoX keys it maps to, the Megatron-only settings), its
+    phase the one ``load``'s tracker is in (``evaluation``: the whole run)."""
     with open(path, encoding="utf-8") as f:
         tokens = shlex.split(f.read(), comments=True)
     given: dict[str, Any] = {}
@@ -94,17 +104,49 @@ def read_megatron(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     transitions = tuple(
         sorted(int(t) for t in str(given.get("phase_transition_iterations") or "").split(",") if t)
     )
-    end = int(given.get("train_iters") or 0)
-    offset = max([t for t in transitions if t < end], default=0)
-    raw["iteration_offset"], raw["train_iters"] = offset, end - offset
+    if evaluation:
+        transitions = ()
+    start = 0
+    if not given.get("finetune") and given.get("load"):
+        start = checkpoint_dirs.MEGATRON.latest(str(given["load"])) or 0
+    raw["iteration_offset"], end = phase(path, given, transitions, start)
+    raw["train_iters"] = end - raw["iteration_offset"]
     exit_signal = given.get("exit_signal", "SIGTERM")
     exit_signal = signal.Signals[exit_signal] if isinstance(exit_signal, str) else signal.Signals(exit_signal)
+    own = not any(given.get(k) for k in SCHEDULER_FROM_ARGS)
     megatron = {
+        "scheduler": {n: [given.get(k) for k in keys] for n, keys in SCHEDULER.items()} if own else {},
         "phase_transitions": transitions,
         "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
         "tokenizer_type": given.get("tokenizer_type"),
     }
     return raw, megatron
+
+
+def phase(path: str, given: dict[str, Any], transitions: tuple[int, ...], start: int) -> tuple[int, int]:
+    """The global iterations (first, end) of the phase Megatron-LM trains from iteration ``start``."""
+    iters, samples = given.get("train_iters"), given.get("train_samples")
+    if iters and samples:
+        raise ConfigError(
+            f"{path}: --train-iters beside --train-samples: Megatron-LM's validate_args asserts"
+        )
+    if transitions and not samples:
+        raise ConfigError(
+            f"{path}: --phase-transition-iterations without --train-samples: Megatron-LM's "
+            "get_train_valid_test_num_samples ends the last phase at --train-samples (TypeError: '<=' not "
+            "supported between NoneType and int)"
+        )
+    if not iters and not samples:
+        raise ConfigError(f"{path}: Megatron-LM needs --train-iters or --train-samples")
+    end = int(iters) if iters else int(samples) // int(given.get("global_batch_size") or 1)
+    bounds = (0, *transitions, end)
+    later = [b for b in bounds if b > start]
+    if not later:
+        raise ConfigError(
+            f"{path}: the run resumes at iteration {start}, where its last phase ended ({end}): Megatron-LM "
+            "finds no phase after it (get_train_valid_test_num_samples: ValueError)"
+        )
+    return max(b for b in bounds if b <= start), min(later)
 
 
 def neox_tokenizer(given: Any) -> str:

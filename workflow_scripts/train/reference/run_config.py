@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
+from typing import Any
 
 from workflow_scripts.core.cli import UserError
 
@@ -118,6 +119,9 @@ class RunConfig:
     keep_last: int | None = None  # GPT-NeoX's keep_last_n_checkpoints
     phase_transitions: tuple[int, ...] = ()  # Megatron-LM: save and exit there
     save_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)  # signals that save and exit
+    # Megatron-LM: OptimizerParamScheduler's values as the arguments give them, saved and compared on a
+    # resume (empty: no check, a scheduler flag says whose values win)
+    scheduler: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def end(self) -> int:

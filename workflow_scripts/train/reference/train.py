@@ -324,6 +324,14 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
             raise checkpoints.CheckpointError(
                 f"{layout.tag(step)} was saved by pack {state['pack']}, but this pack starts at {cfg.offset}"
             )
+        saved = state.get("megatron_scheduler") or {}
+        for name, value in cfg.scheduler.items():
+            if name in saved and list(saved[name]) != list(value):
+                raise checkpoints.CheckpointError(
+                    f"OptimizerParamScheduler: class input value {value} and checkpoint value {saved[name]} "
+                    f"for {name} do not match (Megatron-LM asserts so on this resume of {layout.tag(step)}; "
+                    "--override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler says whose win)"
+                )
         checkpoints.set_rng_state(state["rng"])
         if not cfg.override_lr_scheduler and state.get("lr_schedule"):
             schedule = Schedule.from_state(state["lr_schedule"])
@@ -343,6 +351,7 @@ def trainer_state(cfg: RunConfig, local: int, schedule: Any) -> dict[str, Any]:
         "pack": cfg.name,
         "train_data_paths": cfg.train_paths,
         "lr_schedule": schedule.state(),
+        "megatron_scheduler": cfg.scheduler,
         "rng": checkpoints.rng_state(),
     }
 
@@ -519,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    cfg = load_config(args.config, dist_engine.world_size(), bf16=bf16)
+    cfg = load_config(args.config, dist_engine.world_size(), bf16=bf16, evaluation=args.eval_only)
     with Stop(cfg.save_signals) as stop:
         trainer = setup(args, cfg)
         try:
