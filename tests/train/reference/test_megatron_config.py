@@ -71,6 +71,8 @@ def test_the_phase_is_the_one_the_tracker_is_in(tmp_path: Path, model: Path) -> 
     LAYOUT.set_latest(str(checkpoints), 8)
     with pytest.raises(ConfigError, match="no phase after it"):
         load_config([str(path)])
+    evaluation = load_config([str(path)], evaluation=True)  # the run's last checkpoint is evaluated
+    assert (evaluation.offset, evaluation.end) == (0, 8)
     LAYOUT.set_latest(str(checkpoints), 100)
     finetune = write_args(tmp_path / "f.args", model, "x", checkpoints, "--finetune")
     assert load_config([str(finetune)]).offset == 0  # --finetune restarts at iteration 0

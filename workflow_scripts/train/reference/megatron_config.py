@@ -104,10 +104,10 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
     transitions = tuple(
         sorted(int(t) for t in str(given.get("phase_transition_iterations") or "").split(",") if t)
     )
-    if evaluation:
-        transitions = ()
     start = 0
-    if not given.get("finetune") and given.get("load"):
+    if evaluation:  # train-eval's argv: no phases, whichever checkpoint is evaluated
+        transitions = ()
+    elif not given.get("finetune") and given.get("load"):
         start = checkpoint_dirs.MEGATRON.latest(str(given["load"])) or 0
     raw["iteration_offset"], end = phase(path, given, transitions, start)
     raw["train_iters"] = end - raw["iteration_offset"]
