@@ -41,7 +41,7 @@ from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.train import checkpoint_eval, progress_lines, segment
 
 LOOP = r"""
-import contextlib, io, json, os, sys
+import contextlib, fcntl, io, json, os, sys
 import torch
 from megatron.core import mpu
 from megatron.core.datasets.utils import compile_helpers
@@ -58,7 +58,9 @@ torch.tensor = _cpu_tensor
 port = int(sys.argv[2])
 torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 mpu.initialize_model_parallel()
-compile_helpers()  # as initialize_megatron does on rank 0 (a no-op once built)
+with open(sys.argv[3], "w") as lock:  # one build at a time on this machine (tests on two workers)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    compile_helpers()  # as initialize_megatron does on rank 0 (a no-op once built)
 import pretrain_gpt
 pretrain_gpt.train_valid_test_datasets_provider.is_distributed = True  # as pretrain_gpt's __main__
 
@@ -228,7 +230,8 @@ def test_every_megatron_segment_runs_in_megatron_lm(
         [trainers.python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    out = trainers.run("megatron", ["-c", LOOP, json.dumps(given), str(free_port())], env=env)
+    lock = str(trainers.root.with_name(f"{trainers.root.name}.helpers.lock"))  # beside tests/trainers.py's
+    out = trainers.run("megatron", ["-c", LOOP, json.dumps(given), str(free_port()), lock], env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     eod = read_json(wf.root / "results" / "train" / names[0] / "keys.json")["eod_id"]
