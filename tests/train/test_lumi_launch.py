@@ -27,7 +27,9 @@ import yaml
 from tests.trainers import Trainers
 from tests.utils import snakemake_env, tail
 from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
-from workflow_scripts.train import launch_env
+from workflow_scripts.core.fsio import write_json
+from workflow_scripts.train import checkpoint_eval, launch_env
+from workflow_scripts.train.hf import config as hf_config
 
 REPO = Path(__file__).resolve().parents[2]
 LUMI = yaml.safe_load((REPO / "config" / "train" / "lumi-neox.yaml").read_text())["train"]
@@ -219,6 +221,62 @@ def test_a_job_shape_reads_slurms_own_fields_only():
         launch_env.shape_of("8123456", text.replace("NumTasks=16", "NumTasks=15"), ["nid005001", "nid005002"])
     with pytest.raises(launch_env.UserError, match="is 1 nodes, NumNodes 2"):
         launch_env.shape_of("8123456", text, ["nid005001"])
+
+
+# Stands in for the fork's pp_tester_single.py, which converts the checkpoint and evaluates it on a GPU:
+# its own argument parser (the parse_args function of its source, run as it is) on the launch's arguments.
+PROBE_PP_TESTER = """\
+import argparse, ast, json, sys
+source = open(sys.argv.pop(1)).read()
+parse_args = next(n for n in ast.parse(source).body if getattr(n, "name", None) == "parse_args")
+space = {"argparse": argparse}
+exec(compile(ast.Module([parse_args], []), "pp_tester_single.py", "exec"), space)
+print("pp_tester_single.py arguments:", json.dumps(vars(space["parse_args"]())))
+"""
+
+
+def test_the_lumi_evaluation_converts_the_checkpoint_as_the_models_architecture(
+    trainers, tmp_path, monkeypatch, capsys
+):
+    """lumi-neox.yaml's eval_launch through train-eval: the fork's pp_tester_single.py (whose --architecture
+    defaults to neox) is told `llama` for a LLaMA-shaped model (train.init_from.hf's keys) and `neox` for
+    GPT-NeoX's layers (the sample's base config); a model of neither is refused."""
+    neox = trainers.tree("fork")
+    folder = tmp_path / "neox"
+    folder.mkdir()
+    (folder / "pp_tester_single.py").write_text(PROBE_PP_TESTER)
+    stubs = site_stubs(trainers, tmp_path / "stubs")
+    (stubs / "srun").write_text('#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n')
+    (stubs / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
+    for name, value in {"NEOX_DIR": str(folder), "SNAKEPACK_NEOX_IMAGE": "/appl/gpt-neox.sif",
+                        "SNAKEPACK_TEST_FOLDER": "/t", "SNAKEPACK_PP_CSV": "/t/pp.csv",
+                        "SNAKEPACK_TMP": "/t/tmp"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    launch = LUMI["eval_launch"].replace(
+        "pp_tester_single.py", f"pp_tester_single.py {neox}/pp_tester_single.py"
+    )
+    base = yaml.safe_load((REPO / "config" / "train" / "neox-sample.yml").read_text())
+    for architecture, model in {"neox": {}, "llama": hf_config.LLAMA_FIXED}.items():
+        config = tmp_path / f"{architecture}.yml"
+        config.write_text(yaml.safe_dump(base | model | {"save": str(tmp_path / "checkpoints")}))
+        keys = tmp_path / f"{architecture}.keys.json"
+        values = {"iteration_offset": 0, "train_iters": 4, "exit_interval": 4, "save": str(tmp_path / "ckpt")}
+        write_json(keys, {"summary": {"pack": "main_1"}, "config": str(config),
+                          "set": {k: {"value": v} for k, v in values.items()}})  # fmt: skip
+        record = tmp_path / "0.json"
+        write_json(record, {"segment": 0, "checkpoint": "global_step4", "iterations": 4, "first_step": 0,
+                            "last_step": 4, "checkpoints": str(tmp_path / "ckpt")})  # fmt: skip
+        args = ["--keys", str(keys), "--record", str(record), "--out", str(tmp_path / "eval.json")]
+        assert checkpoint_eval.main([*args, "--launch", launch]) == 0
+        line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("pp_tester_single.py"))
+        parsed = json.loads(line.split(":", 1)[1])
+        assert parsed["architecture"] == architecture, line
+        assert parsed["ckpt_path"] == str(tmp_path / "ckpt" / "global_step4")
+        assert parsed["config"] == str(config) and parsed["neox_path"] == str(folder)
+    config.write_text(yaml.safe_dump(base | {"norm": "rmsnorm", "save": str(tmp_path / "checkpoints")}))
+    with pytest.raises(launch_env.UserError, match="neither LLaMA's layers"):  # the converter takes neither
+        checkpoint_eval.main([*args, "--launch", launch])
 
 
 def test_one_gpu_per_node_with_profiles_lumi_is_refused_before_any_job(workflow):

@@ -10,7 +10,8 @@ Usage (the train_eval rule's command)::
 checkpoint`` every checkpoint it saved (seed 000 saves every 450 iterations and exits every 8,550: 19
 checkpoints a segment), oldest first, each one row of ``evaluations``. ``{config}``, ``{tag}``
 (``global_stepN`` or ``iter_NNNNNNN``), ``{step}`` (its global step), ``{checkpoint}`` (its folder),
-``{out}``, ``{pack}`` and, for Megatron-LM, ``{args}`` (the arguments expanded into argv) are filled in. The
+``{out}``, ``{pack}``, for Megatron-LM ``{args}`` (the arguments expanded into argv) and for GPT-NeoX
+``{architecture}`` (``llama`` or ``neox``: the model's, for the LUMI fork's converter) are filled in. The
 launch writes the evaluation JSON to ``{out}`` (the reference trainer's ``--eval-out``), or prints a
 validation line that ``progress_lines`` reads (GPT-NeoX, Megatron-LM), which is then written; an evaluation
 that keeps its own results (seed 000's perplexity tester and its CSV) is recorded as run. A segment that
@@ -28,10 +29,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.train import progress_lines
 from workflow_scripts.train.configs import megatron
+from workflow_scripts.train.hf import config as hf_config
 from workflow_scripts.train.segment import PackKeys
 
 EVERY = ("segment", "checkpoint")
@@ -60,7 +64,18 @@ def evaluation_command(launch: str, keys: PackKeys, checkpoints: str, step: int,
     }
     if keys.trainer == "megatron":
         fields["args"] = shlex.join(megatron.argv(keys.config, evaluation=True))
+    elif "{architecture}" in launch:  # seed 000's pp_tester_single.py converts as neox unless told
+        fields["architecture"] = architecture(keys.config)
     return launch.format(**fields)
+
+
+def architecture(config: str) -> str:
+    """The Hugging Face architecture of a GPT-NeoX config's model (``hf_config.neox_architecture``)."""
+    with open(config, encoding="utf-8") as f:
+        try:
+            return hf_config.neox_architecture(yaml.safe_load(f))
+        except hf_config.UnsupportedModel as error:
+            raise UserError(f"{config}: {error}") from None
 
 
 def evaluate(keys: PackKeys, record: dict[str, Any], step: int, launch: str, out: str) -> dict[str, Any]:
@@ -102,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--launch",
         required=True,
-        help="the evaluation; {config} {tag} {step} {checkpoint} {out} {pack} {args}",
+        help="the evaluation; {config} {tag} {step} {checkpoint} {out} {pack} {args} {architecture}",
     )
     parser.add_argument("--every", choices=EVERY, default="segment", help="train.eval_every")
     args = parser.parse_args(argv)

@@ -59,3 +59,20 @@ def neox_model_keys(config: dict) -> dict:
         "max_position_embeddings": int(config["max_position_embeddings"]),
         "no_weight_tying": not config.get("tie_word_embeddings", False),
     }
+
+
+def neox_architecture(config: dict) -> str:
+    """The Hugging Face architecture of a GPT-NeoX config's model, as the LUMI fork's converter names it
+    (``tools/ckpts/convert_neox_to_hf.py --architecture``, which seed 000's ``pp_tester_single.py`` runs,
+    default ``neox``): ``llama`` for LLaMA's layers (RMSNorm and SwiGLU, as LLAMA_FIXED sets them),
+    ``neox`` for GPT-NeoX's (LayerNorm and an ungated MLP: GPT-NeoX's defaults)."""
+    keys = {str(k).replace("-", "_"): v for k, v in config.items()}
+    norm, activation = keys.get("norm", "layernorm"), keys.get("activation", "gelu")
+    if (norm, activation) == (LLAMA_FIXED["norm"], LLAMA_FIXED["activation"]):
+        return "llama"
+    if norm == "layernorm" and activation != "swiglu":
+        return "neox"
+    raise UnsupportedModel(
+        f"norm {norm!r} with activation {activation!r}: neither LLaMA's layers (rmsnorm, swiglu) nor "
+        "GPT-NeoX's (layernorm, an ungated MLP), the two the fork's converter takes"
+    )
