@@ -17,9 +17,8 @@ import yaml
 
 from tests.train.launches import launch_files
 from tests.trainers import Trainers
-from tests.utils import Workflow, sft_config
+from tests.utils import Workflow
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import lint
 
 NEOXARGS = r"""
 import contextlib, io, json, sys
@@ -51,44 +50,17 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def sft_run(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
-    """SFT chats (seed 003's markers) through the workflow to their trainer configs (k_bin_packed)."""
-    root = tmp_path_factory.mktemp("compat-sft")
-    wf = Workflow(root / "wf")
-    config = sft_config(root / "raw") | {
-        "training": {"seq_length": 512, "global_batch_size": 8},
-        "train": {"base_config": "config/train/neox-sample.yml", "nodes": 1, "gpus_per_node": 1},
-    }
-    (wf.root / "variant.yaml").write_text(yaml.safe_dump(config))
-    wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", "--configfile", "variant.yaml")
-    return wf
-
-
-def upstream_copy(files: list[str], dest: Path) -> list[str]:
-    """The files without the LUMI fork's own keys (``iteration_offset``): upstream GPT-NeoX has none."""
-    fork_only = set(lint.trainer_keys("neox")["fork_only"])
-    out = []
-    for i, path in enumerate(files):
-        config = {k: v for k, v in yaml.safe_load(Path(path).read_text()).items() if k not in fork_only}
-        copy = dest / f"{i}-{Path(path).name}"
-        copy.write_text(yaml.safe_dump(config))
-        out.append(str(copy))
-    return out
-
-
 @pytest.mark.parametrize(
     ("variant", "tree"),
     [
         ("neox", "fork"),
-        ("neox", "neox"),
         ("neox-finetune", "fork"),
-        ("neox-finetune", "neox"),
+        ("neox-upstream", "neox"),
         ("sft", "fork"),
     ],
-)  # tree neox: upstream GPT-NeoX; SFT's k_bin_packed is the LUMI fork's
+)  # tree neox: upstream GPT-NeoX, given the files as written (train.neox: upstream: one pack)
 def test_every_gpt_neox_launch_loads_in_neoxargs(
-    variant: str, tree: str, request: pytest.FixtureRequest, trainers: Trainers, tmp_path: Path
+    variant: str, tree: str, request: pytest.FixtureRequest, trainers: Trainers
 ) -> None:
     wf = (
         request.getfixturevalue("sft_run")
@@ -98,8 +70,7 @@ def test_every_gpt_neox_launch_loads_in_neoxargs(
     lists = launch_files(wf)
     packs = sorted(p.parent.name for p in (wf.root / "results" / "train").glob("*/keys.json"))
     assert len(lists) == len(packs) + (variant == "neox-finetune")  # + the first pack's finetune-off copy
-    given = lists if tree == "fork" else [upstream_copy(f, tmp_path) for f in lists]  # neox: upstream
-    out = trainers.run(tree, ["-c", NEOXARGS, json.dumps(given)])
+    out = trainers.run(tree, ["-c", NEOXARGS, json.dumps(lists)])
     assert out.returncode == 0, out.stderr[-3000:]
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     for files, args in zip(lists, loaded, strict=True):
@@ -107,7 +78,7 @@ def test_every_gpt_neox_launch_loads_in_neoxargs(
         config = yaml.safe_load(Path(files[0]).read_text())
         assert args["train_iters"] == config["train_iters"] and args["load"] == config["load"]
         assert args["keep_last_n_checkpoints"] is None  # retention is the workflow's
-        assert args["iteration_offset"] == (config["iteration_offset"] if tree == "fork" else None)
+        assert args["iteration_offset"] == config.get("iteration_offset")  # upstream: none written
         assert args["finetune"] == config.get("finetune", False)
     if variant == "sft":
         assert {yaml.safe_load(Path(f[0]).read_text())["pack_impl"] for f in lists} == {"k_bin_packed"}
