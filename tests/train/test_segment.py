@@ -299,3 +299,19 @@ def test_detached_chain_order_and_dependencies(pack, tmp_path):
     assert units[8].after_any == ["p/segment/3"] and "train-finished" in units[8].command
     assert not [u for u in units[:8] if "train-finished" in u.command]
     assert units[-1].after_any == [f"p/after/{k}" for k in range(4)]
+
+
+def test_a_folder_above_latest_is_removed_before_the_trainer_starts(pack, tmp_path):
+    """A save cut short (global_step14 above latest global_step10) is removed, printed and recorded; a link
+    above latest (a fine-tune's start, which Megatron-LM's runs name past their end) is left alone. The kill
+    itself: tests/train/test_neox_in_the_loop.py."""
+    (pack["ckpt"] / "global_step14").mkdir()
+    (pack["ckpt"] / "global_step14" / "mp_rank_00_model_states.pt").write_bytes(b"cut")
+    (tmp_path / "start").mkdir()
+    (pack["ckpt"] / "global_step99").symlink_to(tmp_path / "start")
+    proc = run_segment(pack, 0)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    record = read_json(pack["dir"] / "segments" / "0.json")
+    assert record["removed_partial"] == ["global_step14"] and record["first_step"] == 10
+    assert "removed global_step14" in out and (pack["ckpt"] / "global_step99").is_symlink()

@@ -1,6 +1,7 @@
 """A run's checkpoint folder in its trainer's own layout.
 
-- GPT-NeoX (DeepSpeed): ``global_stepN/`` folders; ``latest`` holds the tag of the newest complete one.
+- GPT-NeoX (DeepSpeed): ``global_stepN/`` folders; ``latest`` holds the tag of the newest complete one (a
+  folder above it is a save cut short: ``remove_partial``).
 - Megatron-LM: ``iter_NNNNNNN/`` folders (seven digits); ``latest_checkpointed_iteration.txt`` holds the
   iteration (or ``release``, a converted model without one).
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 
 from workflow_scripts.core.cli import UserError
@@ -73,6 +75,21 @@ class CheckpointLayout:
 
     def path(self, checkpoints: str, step: int) -> str:
         return os.path.join(checkpoints, self.tag(step))
+
+    def remove_partial(self, checkpoints: str) -> list[str]:
+        """Remove the checkpoint folders above the tracker's step (none without a tracker): saves cut before
+        the tracker named them. The LUMI fork (with ``iteration_offset``) takes its iteration from the
+        newest ``global_step*`` folder while DeepSpeed loads the weights ``latest`` names. A link (a
+        fine-tune's start, named past the run's end for Megatron-LM) is left alone. Returns their names."""
+        latest = self.latest(checkpoints)
+        if latest is None:
+            return []
+        doomed = [
+            s for s in self.steps(checkpoints) if s > latest and not os.path.islink(self.path(checkpoints, s))
+        ]
+        for step in doomed:
+            shutil.rmtree(self.path(checkpoints, step))
+        return [self.tag(s) for s in doomed]
 
 
 NEOX = CheckpointLayout("neox", "latest", "global_step", 0)

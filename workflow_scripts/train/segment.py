@@ -16,15 +16,16 @@ sends SIGUSR1 ``--margin-minutes`` before the job's time limit (asked from squeu
 whole time whatever the s/iter. It is the only notice: Slurm's ``--signal`` would also reach Snakemake's
 own job step, which SIGUSR1 kills.
 
-The record (JSON) says what the segment did, from the checkpoint folder and the trainer's output: global
-steps before and after, the checkpoint tag, whether the pack is finished, Slurm job id and nodes, wall
-time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the
-retry resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or
-when it is the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its
-record as an attempt beside the records (``train_layout.attempt``; ``exit``: why it failed): the loss
-curve takes the iterations of a killed attempt from there. A segment that finds the pack finished runs the
-trainer anyway (it loads and verifies the checkpoint) and records zero iterations; Megatron-LM is not started
-then (at the pack's end, a phase transition, it would train the next phase on this pack's data).
+The record (JSON) says what the segment did, from the checkpoint folder and the trainer's output: global steps
+before and after, the checkpoint tag, the folders above the tracker removed before the trainer started (saves
+cut short, ``removed_partial``: checkpoint_dirs), whether the pack is finished, Slurm job id and nodes, wall
+time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the retry
+resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or when it is
+the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its record as an
+attempt beside the records (``train_layout.attempt``; ``exit``: why it failed): the loss curve takes the
+iterations of a killed attempt from there. A segment that finds the pack finished runs the trainer anyway (it
+loads and verifies the checkpoint) and records zero iterations; Megatron-LM is not started then (at the pack's
+end, a phase transition, it would train the next phase on this pack's data).
 """
 
 from __future__ import annotations
@@ -216,6 +217,10 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     keys = PackKeys.read(args.keys)
     record_path = Path(args.record)
     record_path.parent.mkdir(parents=True, exist_ok=True)
+    removed = keys.layout.remove_partial(keys.checkpoints)
+    for tag in removed:
+        print(f"train-segment: {keys.pack}: removed {tag} from {keys.checkpoints}: a save cut short above "
+              f"latest ({keys.tag(keys.latest())})", flush=True)  # fmt: skip
     before = position(keys, args.finetune_from)
     if before is not None and before > keys.end:
         raise SegmentError(
@@ -263,6 +268,7 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
         "iterations": last - first,
         "finished": last == keys.end,
         "checkpoint": None if after is None else keys.tag(after),
+        "removed_partial": removed,
         "trainer": keys.trainer,
         "checkpoints": keys.checkpoints,
         "config": keys.config,
