@@ -9,7 +9,8 @@ models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``;
 - ``settings``: the ``train`` section, typed; ``job_request``: what a training job asks Slurm for,
 - ``chain``: the training chain as data (packs, segments, evaluations, retention), read by the rules through
   ``rule_inputs`` (what a segment or an export waits for),
-- ``segment``: one segment as a Slurm job and its record; ``checkpoint_dirs``: the run's checkpoint folder;
+- ``segment``: one segment as a Slurm job and its record; ``launch_env``: the job's nodes and tasks, asked of
+  Slurm, for a launch the executor left without them; ``checkpoint_dirs``: the run's checkpoint folder;
   ``finetune``: a start from a checkpoint; ``progress_lines``: the trainers' printed losses,
 - ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
   pack's end, the loss curve,
