@@ -95,6 +95,12 @@ def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
         ({"phase_overrides": {"U1": {"lr": 2e-4, "override_opt_param_scheduler": True}}}, None),
         ({"later_packs": {"lr_decay_style": "constant", "use_checkpoint_opt_param_scheduler": True}}, None),
         ({"first_pack": {"lr_warmup_fraction": 0.01}, "later_packs": {"lr_warmup_fraction": 0.01}}, None),
+        ({"later_packs": {"weight_decay": 0.1}}, "start weight decay"),
+        # left out in one pack, Megatron-LM's default in the other: the same values, the resume loads
+        ({"later_packs": {"min_lr": 0.0, "weight_decay": 0.01, "lr_warmup_samples": 0}}, None),
+        ({"first_pack": {"lr_decay_style": "linear"}, "later_packs": {"lr_decay_style": "linear"}}, None),
+        ({"first_pack": {"lr_warmup_fraction": 0.0}}, None),  # 0.0 x the decay samples: no warmup either
+        ({"later_packs": {"lr_warmup_init": 0.0, "weight_decay_incr_style": "constant"}}, None),
     ],
 )
 def test_a_schedule_that_differs_between_packs_is_refused_as_megatron_would(

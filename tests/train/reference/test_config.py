@@ -64,7 +64,7 @@ def test_annealing_lr_follows_neox() -> None:
     linear = Schedule.of(1e-3, 1e-4, 0.0, 10, "linear")
     assert linear.lr(5) == pytest.approx(5e-4) and linear.lr(10) == 1e-4  # never below min_lr
     assert Schedule.of(1e-3, 0.0, 0.0, 10, "constant").lr(7) == 1e-3
-    assert Schedule.from_state(cosine.state()) == cosine
+    assert Schedule.from_state(cosine.state(7)) == cosine
 
 
 def test_without_deepspeed_the_message_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

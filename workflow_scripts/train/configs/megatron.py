@@ -121,42 +121,128 @@ def render(args: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SCHEDULER = {  # OptimizerParamScheduler.load_state_dict's names -> the arguments that make the value
-    "learning rate": ("lr",),
-    "minimum learning rate": ("min_lr",),
-    "warmup iterations": ("lr_warmup_fraction", "lr_warmup_samples", "lr_decay_samples", "train_samples"),
-    "total number of iterations": ("lr_decay_samples", "train_samples"),
-    "learning rate decay style": ("lr_decay_style",),
-    "start weight decay": ("start_weight_decay", "weight_decay"),
-    "end weight decay": ("end_weight_decay", "weight_decay"),
-    "total number of weight decay iterations": ("train_samples",),
-    "weight decay incr style": ("weight_decay_incr_style",),
+SCHEDULER_ARGS = {  # what get_optimizer_param_scheduler reads, batch aside -> parse_args' default, type
+    "lr": (None, float),
+    "min_lr": (0.0, float),
+    "lr_decay_style": ("linear", str),
+    "lr_decay_samples": (None, int),
+    "lr_warmup_fraction": (None, float),
+    "lr_warmup_samples": (0, int),
+    "lr_warmup_init": (0.0, float),
+    "lr_wsd_decay_style": ("exponential", str),
+    "lr_wsd_decay_samples": (None, int),
+    "weight_decay": (0.01, float),
+    "start_weight_decay": (None, float),
+    "end_weight_decay": (None, float),
+    "weight_decay_incr_style": ("constant", str),
+    "train_samples": (None, int),
+    "train_iters": (None, int),
+    "lr_decay_iters": (None, int),
+    "lr_warmup_iters": (0, int),
+    "lr_wsd_decay_iters": (None, int),
+}
+SCHEDULER = {  # OptimizerParamScheduler.state_dict's keys -> the name load_state_dict asserts with
+    "max_lr": "learning rate",
+    "min_lr": "minimum learning rate",
+    "lr_warmup_steps": "warmup iterations",
+    "lr_decay_steps": "total number of iterations",
+    "lr_decay_style": "learning rate decay style",
+    "start_wd": "start weight decay",
+    "end_wd": "end weight decay",
+    "wd_incr_steps": "total number of weight decay iterations",
+    "wd_incr_style": "weight decay incr style",
 }
 SCHEDULER_FROM_ARGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")
+
+
+def scheduler_args(args: dict[str, Any]) -> dict[str, Any]:
+    """``SCHEDULER_ARGS`` as ``parse_args`` + ``validate_args`` leave them: a flag left out is its default,
+    a value is of the flag's type, and with the constant weight-decay increment the start and end weight
+    decay are ``--weight-decay`` (given, ``validate_args`` asserts; the other styles need both)."""
+    values = {}
+    for dest, (default, kind) in SCHEDULER_ARGS.items():
+        value = args.get(dest)
+        values[dest] = default if value is None else kind(value)
+    unit, other = ("samples", "iters") if values["train_samples"] else ("iters", "samples")
+    refused = [(d, f"--train-{unit}") for d in (f"lr_decay_{other}", f"lr_warmup_{other}") if values[d]]
+    if values[f"lr_warmup_{unit}"] and values["lr_warmup_fraction"] is not None:
+        refused.append((f"lr_warmup_{unit}", "--lr-warmup-fraction"))
+    if refused:
+        dest, beside = refused[0]
+        raise ConfigError(
+            f"{flag_of(dest)} with {beside}: Megatron-LM's validate_args asserts that the schedule is "
+            f"counted in {unit} and its warmup given once"
+        )
+    style, ends = values["weight_decay_incr_style"], ("start_weight_decay", "end_weight_decay")
+    given = [flag_of(k) for k in ends if values[k] is not None]
+    if style == "constant" and given:
+        raise ConfigError(
+            f"{' and '.join(given)} with --weight-decay-incr-style constant: Megatron-LM's validate_args "
+            "asserts they are not given (--weight-decay is used throughout)"
+        )
+    if style != "constant" and len(given) < 2:
+        raise ConfigError(
+            f"--weight-decay-incr-style {style} needs --start-weight-decay and --end-weight-decay "
+            "(Megatron-LM's validate_args asserts both are given)"
+        )
+    if style == "constant":
+        values["start_weight_decay"] = values["end_weight_decay"] = values["weight_decay"]
+    return values
+
+
+def scheduler_state(args: dict[str, Any], batch: int) -> dict[str, Any]:
+    """The ``OptimizerParamScheduler`` that ``training.get_optimizer_param_scheduler`` builds from the
+    arguments for a global batch of ``batch`` samples: its ``state_dict`` values (``SCHEDULER``, its steps
+    counted in samples) and those it takes from the arguments alone (``init_lr``, ``wsd_decay_steps``,
+    ``lr_wsd_decay_style``)."""
+    a = scheduler_args(args)
+    if a["train_iters"]:  # iteration-based: the iteration counts x the global batch
+        decay = (a["train_iters"] if a["lr_decay_iters"] is None else a["lr_decay_iters"]) * batch
+        wd_steps = a["train_iters"] * batch
+        wsd = None if a["lr_wsd_decay_iters"] is None else a["lr_wsd_decay_iters"] * batch
+        warmup = a["lr_warmup_iters"] * batch
+    else:  # sample-based
+        decay = a["train_samples"] if a["lr_decay_samples"] is None else a["lr_decay_samples"]
+        wd_steps, wsd, warmup = a["train_samples"], a["lr_wsd_decay_samples"], a["lr_warmup_samples"]
+    if a["lr_warmup_fraction"] is not None:
+        warmup = a["lr_warmup_fraction"] * decay
+    return {
+        "max_lr": a["lr"],
+        "min_lr": a["min_lr"],
+        "lr_warmup_steps": warmup,
+        "lr_decay_steps": decay,
+        "lr_decay_style": a["lr_decay_style"],
+        "start_wd": a["start_weight_decay"],
+        "end_wd": a["end_weight_decay"],
+        "wd_incr_steps": wd_steps,
+        "wd_incr_style": a["weight_decay_incr_style"],
+        "init_lr": a["lr_warmup_init"],
+        "wsd_decay_steps": wsd,
+        "lr_wsd_decay_style": a["lr_wsd_decay_style"],
+    }
 
 
 def check_scheduler(saved: dict[str, Any], resumed: dict[str, Any], saver: str, pack: str) -> None:
     """Pack ``pack`` resumes from the checkpoint pack ``saver`` ended with: Megatron-LM's
     ``OptimizerParamScheduler.load_state_dict`` asserts that every value of the schedule it was built with
     matches the checkpoint's, unless ``--override-opt-param-scheduler`` (this pack's values win) or
-    ``--use-checkpoint-opt-param-scheduler`` (the checkpoint's win). Without either, the arguments behind
-    them must be the same in both packs."""
+    ``--use-checkpoint-opt-param-scheduler`` (the checkpoint's win). Without either, the values both packs'
+    arguments make (``scheduler_state``: a flag left out is Megatron-LM's default) must be the same."""
     if any(resumed.get(key) for key in SCHEDULER_FROM_ARGS):
         return
-    for name, keys in SCHEDULER.items():
-        differ = [k for k in keys if saved.get(k) != resumed.get(k)]
-        if differ:
-            given = "; ".join(
-                f"{flag_of(k)} {saved.get(k)} in {saver}, {resumed.get(k)} in {pack}" for k in differ
-            )
-            raise ConfigError(
-                f"pack {pack} resumes from {saver}'s last checkpoint, but its learning-rate schedule differs "
-                f"({given}): Megatron-LM's OptimizerParamScheduler would assert that the class input value "
-                f"and the checkpoint value for {name} do not match. Give every pack the same schedule "
-                "(train.first_pack, train.later_packs, train.phase_overrides), or add "
-                "--override-opt-param-scheduler (this pack's values) or --use-checkpoint-opt-param-scheduler "
-                "(the checkpoint's) to the later pack's keys"
-            )
+    before = scheduler_state(saved, int(saved["global_batch_size"]))
+    after = scheduler_state(resumed, int(resumed["global_batch_size"]))
+    differ = [key for key in SCHEDULER if before[key] != after[key]]
+    if differ:
+        given = "; ".join(f"{key} {before[key]} in {saver}, {after[key]} in {pack}" for key in differ)
+        raise ConfigError(
+            f"pack {pack} resumes from {saver}'s last checkpoint, but its learning-rate schedule differs "
+            f"({given}): Megatron-LM's OptimizerParamScheduler would assert that the class input value "
+            f"and the checkpoint value for {SCHEDULER[differ[0]]} do not match. Give every pack the same "
+            "schedule (train.first_pack, train.later_packs, train.phase_overrides), or add "
+            "--override-opt-param-scheduler (this pack's values) or --use-checkpoint-opt-param-scheduler "
+            "(the checkpoint's) to the later pack's keys"
+        )
 
 
 EVALUATION_ONLY_DROPPED = ("--finetune", "--phase-transition-iterations")

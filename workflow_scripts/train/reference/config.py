@@ -17,7 +17,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from workflow_scripts.train.configs.megatron import scheduler_state
 from workflow_scripts.train.reference import megatron_config, neox_config
+from workflow_scripts.train.reference.lr import MegatronSchedule
 from workflow_scripts.train.reference.run_config import ConfigError, ModelConfig, RunConfig
 
 NEOX_EOD_PIECE = "<|endoftext|>"
@@ -411,5 +413,8 @@ def load_config(
         keep_last=_int(raw, "keep_last_n_checkpoints", minimum=1),
         phase_transitions=megatron.get("phase_transitions", ()),
         save_signals=megatron.get("save_signals", RunConfig.save_signals),
-        scheduler=megatron.get("scheduler", {}),
+        megatron_schedule=(
+            MegatronSchedule.of(scheduler_state(megatron["scheduler"], batch), batch) if megatron else None
+        ),
+        scheduler_from=megatron.get("scheduler_from"),
     )

@@ -7,10 +7,11 @@ last transition at or before the iteration it resumes at (``load``'s tracker; 0 
 fresh run) to the next one, on the file's data path, so a run resumed at a transition trains the next phase
 (train-segment never starts one there); ``evaluation`` reads it as train-eval's argv, without phases.
 ``--exit-interval`` counts global iterations; without ``--exit-signal-handler`` a signal stops the run
-unsaved, and with it only ``--exit-signal`` (SIGTERM unless given) saves. The LR and weight-decay values
-that ``OptimizerParamScheduler`` checks on a resume (``configs.megatron.SCHEDULER``) are kept to be saved
-in each checkpoint and compared there, unless a scheduler flag says whose win. Megatron-LM's tokenizer
-classes are read as GPT-NeoX's.
+unsaved, and with it only ``--exit-signal`` (SIGTERM unless given) saves. The LR and weight decay follow
+Megatron-LM's ``OptimizerParamScheduler`` over the whole run (``lr.MegatronSchedule``, from the scheduler's
+flags, ``configs.megatron.SCHEDULER_ARGS``), not GPT-NeoX's per-pack schedule; its values are saved in each
+checkpoint and checked on a resume as Megatron-LM checks them, unless a scheduler flag says whose win.
+Megatron-LM's tokenizer classes are read as GPT-NeoX's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import signal
 from typing import Any
 
 from workflow_scripts.train import checkpoint_dirs, lint
-from workflow_scripts.train.configs.megatron import SCHEDULER, SCHEDULER_FROM_ARGS
+from workflow_scripts.train.configs import checks
+from workflow_scripts.train.configs.megatron import SCHEDULER_ARGS, SCHEDULER_FROM_ARGS, scheduler_args
 from workflow_scripts.train.reference.run_config import ConfigError
 
 MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
@@ -31,14 +33,13 @@ MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-Ne
     "tokenizer_model": "vocab_file",
     "save_interval": "checkpoint_factor",
     "clip_grad": "gradient_clipping",
-    "lr_warmup_fraction": "warmup",
-    "override_opt_param_scheduler": "override_lr_scheduler",
     "tensor_model_parallel_size": "model_parallel_size",
     "pipeline_model_parallel_size": "pipe_parallel_size",
     "norm_epsilon": "layernorm_epsilon",
 }
 MEGATRON_OWN = {  # read by the Megatron mapping itself
-    "lr",
+    *SCHEDULER_ARGS,
+    *SCHEDULER_FROM_ARGS,
     "adam_beta1",
     "adam_beta2",
     "adam_eps",
@@ -99,8 +100,15 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
     }
     raw["precision"] = "bf16" if given.get("bf16") else "fp16" if given.get("fp16") else "fp32"
     raw["no_weight_tying"] = bool(given.get("untie_embeddings_and_output_weights"))
-    raw.setdefault("lr_decay_style", "linear")
-    raw.setdefault("warmup", 0.0)
+    for flag in ("decoupled_lr", "decoupled_min_lr"):
+        if given.get(flag) is not None:
+            raise ConfigError(
+                f"{path}: {lint.flag_of(flag)}: the embedding and output layers' own LR is not implemented"
+            )
+    try:
+        scheduler_args(given)  # what validate_args asserts of them
+    except checks.ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from e
     transitions = tuple(
         sorted(int(t) for t in str(given.get("phase_transition_iterations") or "").split(",") if t)
     )
@@ -113,9 +121,15 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
     raw["train_iters"] = end - raw["iteration_offset"]
     exit_signal = given.get("exit_signal", "SIGTERM")
     exit_signal = signal.Signals[exit_signal] if isinstance(exit_signal, str) else signal.Signals(exit_signal)
-    own = not any(given.get(k) for k in SCHEDULER_FROM_ARGS)
+    override, checkpoint = (bool(given.get(k)) for k in SCHEDULER_FROM_ARGS)
+    if override and checkpoint:
+        raise ConfigError(
+            f"{path}: --override-opt-param-scheduler and --use-checkpoint-opt-param-scheduler: Megatron-LM's "
+            "OptimizerParamScheduler asserts that only one says whose values win"
+        )
     megatron = {
-        "scheduler": {n: [given.get(k) for k in keys] for n, keys in SCHEDULER.items()} if own else {},
+        "scheduler": {k: v for k, v in given.items() if k in SCHEDULER_ARGS},
+        "scheduler_from": "override" if override else "checkpoint" if checkpoint else None,
         "phase_transitions": transitions,
         "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
         "tokenizer_type": given.get("tokenizer_type"),

@@ -215,10 +215,14 @@ class GPT(nn.Module):
         return F.linear(x, embed if self.cfg.tied else self.sequential[n + 4].final_linear.weight)
 
     def parameter_groups(self, weight_decay: float) -> list[dict]:
-        """GPT-NeoX's groups: weight decay on matrices, none on biases and norms."""
+        """GPT-NeoX's groups: weight decay on matrices, none on biases and norms (``wd_mult``, Megatron-LM's
+        name, scales a scheduled weight decay by group: 1 and 0)."""
         decay = [p for p in self.parameters() if p.dim() > 1]
         no_decay = [p for p in self.parameters() if p.dim() <= 1]
-        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        return [
+            {"params": decay, "weight_decay": weight_decay, "wd_mult": 1.0},
+            {"params": no_decay, "weight_decay": 0.0, "wd_mult": 0.0},
+        ]
 
 
 def token_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

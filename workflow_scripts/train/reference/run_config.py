@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 import signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workflow_scripts.core.cli import UserError
+
+if TYPE_CHECKING:
+    from workflow_scripts.train.reference.lr import MegatronSchedule
 
 
 class ConfigError(UserError, ValueError):
@@ -119,9 +122,10 @@ class RunConfig:
     keep_last: int | None = None  # GPT-NeoX's keep_last_n_checkpoints
     phase_transitions: tuple[int, ...] = ()  # Megatron-LM: save and exit there
     save_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)  # signals that save and exit
-    # Megatron-LM: OptimizerParamScheduler's values as the arguments give them, saved and compared on a
-    # resume (empty: no check, a scheduler flag says whose values win)
-    scheduler: dict[str, list[Any]] = field(default_factory=dict)
+    # Megatron-LM: its OptimizerParamScheduler over the whole run, fresh; on a resume the checkpoint's values
+    # must match, unless scheduler_from says whose win (override: these, checkpoint: the checkpoint's)
+    megatron_schedule: MegatronSchedule | None = None
+    scheduler_from: str | None = None
 
     @property
     def end(self) -> int:

@@ -127,10 +127,13 @@ class Trainer:
         logits = self.engine(batch.tokens, batch.attention_mask)
         return masked_mean(token_losses(logits, batch.labels), batch.loss_mask)
 
-    def train_step(self, local: int, lr: float) -> float:
-        """One iteration (all micro batches); the loss averaged over them and the ranks."""
+    def train_step(self, local: int, lr: float, wd: float | None) -> float:
+        """One iteration (all micro batches) at ``lr`` and weight decay ``wd`` (None: the groups' own); the
+        loss averaged over them and the ranks."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+            if wd is not None:
+                group["weight_decay"] = wd * group["wd_mult"]
         losses = []
         for j in range(self.cfg.accumulation):
             loss = self.loss(self.micro_batch(self.train, local * self.cfg.batch, j))
@@ -265,13 +268,16 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
 
 
 def resume(trainer: Trainer) -> tuple[int, Any]:
-    """Load ``latest`` from ``load`` as the config says; return (local iteration, LR schedule)."""
+    """Load ``latest`` from ``load`` as the config says; return (local iteration, LR schedule: Megatron-LM's
+    over the whole run for its arguments, GPT-NeoX's for the pack otherwise)."""
     from workflow_scripts.train.reference import checkpoints
     from workflow_scripts.train.reference.lr import Schedule
 
     cfg = trainer.cfg
     layout = checkpoint_dirs.of(cfg.trainer)
-    schedule = Schedule.of(cfg.lr, cfg.min_lr, cfg.warmup, cfg.train_iters, cfg.decay_style)
+    schedule = cfg.megatron_schedule or Schedule.of(
+        cfg.lr, cfg.min_lr, cfg.warmup, cfg.train_iters, cfg.decay_style
+    )
     step = checkpoints.latest_step(layout, cfg.load)
     where = f"load {cfg.load}"
     if step is None:
@@ -324,16 +330,10 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
             raise checkpoints.CheckpointError(
                 f"{layout.tag(step)} was saved by pack {state['pack']}, but this pack starts at {cfg.offset}"
             )
-        saved = state.get("megatron_scheduler") or {}
-        for name, value in cfg.scheduler.items():
-            if name in saved and list(saved[name]) != list(value):
-                raise checkpoints.CheckpointError(
-                    f"OptimizerParamScheduler: class input value {value} and checkpoint value {saved[name]} "
-                    f"for {name} do not match (Megatron-LM asserts so on this resume of {layout.tag(step)}; "
-                    "--override-opt-param-scheduler or --use-checkpoint-opt-param-scheduler says whose win)"
-                )
         checkpoints.set_rng_state(state["rng"])
-        if not cfg.override_lr_scheduler and state.get("lr_schedule"):
+        if cfg.megatron_schedule:  # load_checkpoint loads the scheduler: its samples, its values checked
+            schedule = cfg.megatron_schedule.resumed(state["lr_schedule"], local, cfg.scheduler_from)
+        elif not cfg.override_lr_scheduler and state.get("lr_schedule"):
             schedule = Schedule.from_state(state["lr_schedule"])
     say(trainer.dist, f"  resumed from {layout.tag(step)}: local iteration {local} of {cfg.train_iters}")
     return local, schedule
@@ -350,8 +350,7 @@ def trainer_state(cfg: RunConfig, local: int, schedule: Any) -> dict[str, Any]:
         "consumed_samples": local * cfg.batch,
         "pack": cfg.name,
         "train_data_paths": cfg.train_paths,
-        "lr_schedule": schedule.state(),
-        "megatron_scheduler": cfg.scheduler,
+        "lr_schedule": schedule.state(local),
         "rng": checkpoints.rng_state(),
     }
 
@@ -403,7 +402,7 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
     while local < cfg.train_iters:
         lr = schedule.lr(local)
         t0 = time.perf_counter()
-        loss = trainer.train_step(local, lr)
+        loss = trainer.train_step(local, lr, schedule.wd(local))
         seconds = time.perf_counter() - t0
         train_seconds += seconds
         local, done = local + 1, done + 1
