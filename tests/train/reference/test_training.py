@@ -173,8 +173,10 @@ def test_three_exits_reach_the_end_and_the_next_pack_continues(
     rows = losses(tmp_path / "reference" / "pack_b")
     assert [r[0] for r in rows] == list(range(11, 17)) and {r[2] for r in rows} == {"0.003"}
     assert latest(ckpt) == "global_step16" and saved_steps(ckpt)[-2:] == [12, 16]
-    state = model_state(ckpt / "global_step16")["reference_trainer"]
+    states = model_state(ckpt / "global_step16")
+    state = states["reference_trainer"]
     assert (state["iteration"], state["local_iteration"], state["consumed_samples"]) == (16, 6, 6 * BATCH)
+    assert states["iteration"] == 16  # GPT-NeoX's own key: its load_checkpoint reads it without an offset
     # a pack whose offset the chain has not reached is refused, naming both steps
     third = write_config(
         tmp_path / "configs" / "pack_c.yml",

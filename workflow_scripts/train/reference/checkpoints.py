@@ -5,7 +5,12 @@ folders with ``latest_checkpointed_iteration.txt``; the contents are DeepSpeed's
 Every checkpoint carries, beside DeepSpeed's module and optimizer states, the trainer's own state under
 ``reference_trainer``: the global and local iteration, the ``iteration_offset`` and pack it was made with,
 the samples consumed (the data position), the LR schedule's settings and the RNG states (Python, NumPy,
-torch, CUDA), so a resumed run draws exactly what an uninterrupted one would. ``latest`` is written after
+torch, CUDA), so a resumed run draws exactly what an uninterrupted one would. A GPT-NeoX checkpoint also
+carries GPT-NeoX's own ``iteration`` (the global step), which its ``load_checkpoint`` (fork and upstream)
+takes as the step to resume at when no ``iteration_offset`` is set (upstream; the fork's first pack) and
+fails without. Not GPT-NeoX's other keys: ``args`` is optional (checked when present), and its RNG keys
+include its model-parallel CUDA RNG tracker's states, which this trainer has none of (GPT-NeoX resumes
+such a checkpoint with ``no_load_rng``). ``latest`` is written after
 every rank has saved, under a temporary name renamed into place: a run killed while saving leaves
 ``latest`` naming the previous, complete checkpoint. ``keep_last_n_checkpoints`` deletes the oldest
 ``global_stepN`` folders after a save, as GPT-NeoX's ``delete_old_checkpoints`` does (the workflow's
@@ -27,6 +32,7 @@ from workflow_scripts.train.checkpoint_dirs import CheckpointLayout
 from workflow_scripts.train.reference import engine as dist_engine
 
 CLIENT_KEY = "reference_trainer"
+NEOX_ITERATION = "iteration"  # GPT-NeoX's key of the global step (checkpointing.py, save_ds_checkpoint)
 
 
 class CheckpointError(UserError, ValueError):
@@ -78,7 +84,8 @@ def save(
 ) -> str:
     """Save the checkpoint of ``step`` (every rank), then point the tracker at it (rank 0); its path."""
     tag = layout.tag(step)
-    engine.save_checkpoint(directory, tag=tag, client_state={CLIENT_KEY: state}, save_latest=False)
+    client = {CLIENT_KEY: state} | ({NEOX_ITERATION: step} if layout.trainer == "neox" else {})
+    engine.save_checkpoint(directory, tag=tag, client_state=client, save_latest=False)
     dist_engine.barrier()
     if main:
         layout.set_latest(directory, step)
