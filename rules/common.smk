@@ -69,9 +69,6 @@ SHARD_T = "{shard}"  # a member's shard name in the templates of `snakepack batc
 LISTS = lists.Lists(f"{DEDUP_WORK}/sig", CORPUS, TOK, config["dedup"]["enabled"], PER_BATCH, tuple(IMPORTS))
 LIST_KIND = {folder.removeprefix(f"{OUT}/"): kind for kind, folder in LISTS.folders.items()}
 TRAIN_INPUTS = TrainInputs.of(config, TRAIN_LAYOUT, MERGED, TRAIN_CONFIG_EXT, CHECKPOINTS)  # train/rule_inputs.py
-# The training rules that the profile makes MPI jobs (profiles/lumi's `mpi: srun`), checked once training is asked.
-SET_RESOURCES = workflow.resource_settings.overwrite_resources
-MPI_TRAIN_RULES = [r for r in ("train_segment", "train_eval") if "mpi" in SET_RESOURCES.get(r, {}).keys()]
 # Each report section's chart captions (its inputs) and files (its outputs), by section (report/layout.py).
 REPORT_CAPTIONS, REPORT_OUTPUTS = report_layout.rule_files(
     workflow.basedir, REPORT, report, bool(config["train"]["base_config"]), config["dedup"]["enabled"]
@@ -163,11 +160,9 @@ def pack_summary(pack):
 
 
 def train_chain():
-    """The training chain, once every pack's trainer config exists (the train_config checkpoints). First,
-    before any job: the Slurm plugin's refusal of an MPI job of one task per node."""
+    """The training chain, once every pack's trainer config exists, after the Slurm plugin's MPI check."""
     try:
-        if not config["train"]["detach"]:  # detach submits with sbatch itself
-            launch_env.check_mpi_tasks(config["train"]["gpus_per_node"], MPI_TRAIN_RULES)
+        launch_env.check_mpi_tasks(config["train"], workflow.resource_settings.overwrite_resources)
     except UserError as error:
         raise WorkflowError(f"config: {error}") from None
     return TRAIN_INPUTS.chain(tuple(pack_summary(p) for p in planned_packs()))

@@ -17,7 +17,9 @@ This asks Slurm what the job has (``scontrol show job``: its nodes, tasks, tasks
 task; ``scontrol show hostnames``: its node names) and prints, as ``export`` lines, the variables sbatch
 gives a batch script that the launch, ``deepy.py`` and the ``srun`` of DeeperSpeed's Slurm launcher read
 (the step geometry: nodes, tasks per node, CPUs per task), with ``MASTER_ADDR`` (the first node) and
-``WORLD_SIZE`` (the tasks); it writes the hostfile, a line ``NODE slots=TASKS_PER_NODE`` per node.
+``WORLD_SIZE`` (the tasks); with ``--hostfile`` it writes deepy.py's hostfile, a line
+``NODE slots=TASKS_PER_NODE`` per node. Megatron-LM's launch (config/train/megatron-launch.yaml) reads the
+variables only: its torchrun gets the nodes, the ranks per node and the rendezvous from them.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from workflow_scripts.core.cli import UserError
 
@@ -114,26 +117,29 @@ def job_shape(job_id: str) -> JobShape:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hostfile", required=True, help="where to write DeepSpeed's hostfile")
+    parser.add_argument("--hostfile", help="where to write DeepSpeed's hostfile (GPT-NeoX's deepy.py)")
     parser.add_argument("--job", default=os.environ.get("SLURM_JOB_ID"), help="the job (default: this one)")
     args = parser.parse_args(argv)
     if not args.job:
         raise UserError("no SLURM_JOB_ID: launch-env runs inside a Slurm job (or give --job)")
     shape = job_shape(args.job)
-    with open(args.hostfile, "w", encoding="utf-8") as f:
-        f.write(shape.hostfile())
+    if args.hostfile:
+        with open(args.hostfile, "w", encoding="utf-8") as f:
+            f.write(shape.hostfile())
     for name, value in shape.variables().items():
         print(f"export {name}={shlex.quote(value)}")
     return 0
 
 
-def check_mpi_tasks(tasks_per_node: int, mpi_rules: Iterable[str]) -> None:
+def check_mpi_tasks(train: Mapping[str, Any], set_resources: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse, before any job, what the Slurm executor plugin refuses at the first training job: an MPI job
-    (a rule with the ``mpi`` resource: profiles/lumi's ``mpi: srun``) of one task per node
-    (snakemake-executor-plugin-slurm 2.8, submit_string.py: "For MPI jobs, 'tasks_per_node' must be
-    greater than 1"). A training job has a task per GPU."""
-    rules = sorted(mpi_rules)
-    if rules and tasks_per_node < 2:
+    (a training rule with the ``mpi`` resource in the profile's ``set_resources``: profiles/lumi's
+    ``mpi: srun``) of one task per node (snakemake-executor-plugin-slurm 2.8, submit_string.py: "For MPI
+    jobs, 'tasks_per_node' must be greater than 1"). A training job has a task per GPU; a detached chain
+    (``train.detach``) submits with sbatch itself."""
+    rules = sorted(r for r in ("train_segment", "train_eval") if "mpi" in set_resources.get(r, {}))
+    tasks_per_node = train["gpus_per_node"]
+    if rules and tasks_per_node < 2 and not train["detach"]:
         raise UserError(
             f"train.gpus_per_node: {tasks_per_node} with mpi: srun ({', '.join(rules)}; profiles/lumi): "
             "the Slurm executor plugin refuses an MPI job of one task per node, and a training job has a "
