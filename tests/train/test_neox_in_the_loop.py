@@ -11,18 +11,20 @@ resume, spare; and SFT's), as far as a CPU goes, one trainer subprocess per tree
   first segment: its sample 0), each one the pack's documents as our own reader (core/indexed_dataset) reads
   them where the trainer's index says;
 - the checkpoint the fork resumes from (``megatron/checkpointing.py`` ``load_checkpoint``), after a save cut
-  by a kill and after the segment's clean-up.
+  by a kill and after the segment's clean-up; the iteration the fork (``iteration_offset`` 0) and upstream
+  take from a reference trainer's checkpoint; the precision and ZeRO stages the fork's ``load_checkpoint``
+  fails on (the optimizer's ``clip_grad``), which the lint refuses.
 
 Stubs, device calls only:
 - ``torch.cuda.LongTensor`` is ``torch.LongTensor``: the data loaders' flags and ``GPT2Dataset``'s barrier
   count are put on the GPU before gloo reduces them (world size 1, real ``torch.distributed`` and ``mpu``).
 Stand-ins, not stubs, for the checkpoint test (the fork's own model needs its fused GPU kernels, and the
 checkpoints are the reference trainer's): ``load_checkpoint`` loads into a module with the checkpoint's
-weight names and shapes in a real DeepSpeed engine on DeepSpeed's CPU accelerator (bf16, so that the
-optimizer is DeepSpeed's wrapper, whose ``clip_grad`` the fork sets after each load), weights only
-(``no_load_optim``, ``no_load_rng``: the optimizer and RNG states are the reference trainer's, not the
-fork's). What is tested, the fork's choice of the iteration and DeepSpeed's of the folder, reads the
-checkpoint folder only.
+weight names and shapes in a real DeepSpeed engine on DeepSpeed's CPU accelerator, made from the config's
+own DeepSpeed config as the trainer makes it (its precision and ZeRO stage decide the optimizer wrapper,
+whose ``clip_grad`` the fork sets after each load), weights only (``no_load_optim``, ``no_load_rng``: the
+optimizer and RNG states are the reference trainer's, not the fork's). What is tested, the trainer's choice
+of the iteration and DeepSpeed's of the folder, reads the checkpoint folder only.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from tests.trainers import Trainers
 from tests.utils import REPO, Workflow
 from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.train import checkpoint_dirs
+from workflow_scripts.train import checkpoint_dirs, lint
 
 pytestmark = pytest.mark.trainer
 
@@ -92,7 +94,6 @@ print(json.dumps(out))
 
 PICK = r"""
 import contextlib, io, json, os, re, socket, sys
-config = sys.argv[1]
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -102,9 +103,6 @@ import deepspeed, torch
 from megatron import mpu
 from megatron.checkpointing import load_checkpoint
 from megatron.neox_arguments import NeoXArgs
-with contextlib.redirect_stdout(io.StringIO()):
-    args = NeoXArgs.from_ymls([config], overwrite_values={"global_num_gpus": 1, "no_load_rng": True,
-                                                          "no_load_optim": True})
 torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 mpu.initialize_model_parallel(1)
 
@@ -122,19 +120,40 @@ class StandIn(torch.nn.Module):  # the checkpoint's weights' names and shapes (s
             module.register_parameter(leaf, torch.nn.Parameter(torch.zeros_like(tensor)))
 
 
-tag = open(os.path.join(args.load, "latest")).read().strip()
-states = torch.load(os.path.join(args.load, tag, "mp_rank_00_model_states.pt"), weights_only=False)
-model = StandIn(states["module"])
-optimizer = torch.optim.AdamW(model.parameters())
-ds = {"train_batch_size": args.train_batch_size, "zero_optimization": {"stage": 0}, "bf16": {"enabled": True},
-      "train_micro_batch_size_per_gpu": args.train_micro_batch_size_per_gpu}  # bf16: the optimizer wrapper
-engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds)
-log = io.StringIO()
-with contextlib.redirect_stdout(log):
-    iteration = load_checkpoint(args, engine, optimizer, None)
-loaded = re.findall(r"Retrieved checkpoint name: (\S+)", log.getvalue())
-print(json.dumps({"iteration": iteration, "loaded": [os.path.basename(os.path.dirname(p)) for p in loaded]}))
+out = []
+for config in sys.argv[1:]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        args = NeoXArgs.from_ymls([config], overwrite_values={"global_num_gpus": 1, "no_load_rng": True,
+                                                              "no_load_optim": True})
+    weights = {"weight": torch.zeros(4, 4)}  # no checkpoint yet (a first segment): any module
+    if os.path.isfile(os.path.join(args.load, "latest")):
+        tag = open(os.path.join(args.load, "latest")).read().strip()
+        states = torch.load(os.path.join(args.load, tag, "mp_rank_00_model_states.pt"), weights_only=False)
+        weights = states["module"]
+    model = StandIn(weights)
+    optimizer = torch.optim.AdamW(model.parameters())
+    # the engine as the trainer makes it (training.py): the config's own DeepSpeed config (precision, ZeRO)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, args=args, dist_init_required=False,
+                                      mpu=mpu)
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            iteration = load_checkpoint(args, engine, optimizer, None)
+    except Exception as error:
+        out.append({"error": f"{type(error).__name__}: {error}"})
+        continue
+    loaded = re.findall(r"successfully loaded (\S+)", log.getvalue())
+    out.append({"iteration": iteration, "loaded": [os.path.basename(os.path.dirname(p)) for p in loaded]})
+print(json.dumps(out))
 """
+
+
+def pick(trainers: Trainers, tree: str, configs: list[Path]) -> list[dict[str, Any]]:
+    """``tree``'s ``load_checkpoint`` on each config's ``load`` folder, in one subprocess: the iteration it
+    returns and the checkpoint folder it loaded, or the error it raised."""
+    out = trainers.run(tree, ["-c", PICK, *map(str, configs)])
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def resumes_at(seg: Segment, tree: str) -> int:
@@ -252,8 +271,9 @@ def test_a_save_cut_by_a_kill_is_removed_and_the_fork_resumes_from_latest(
 ) -> None:
     """The sample's first two packs with the reference trainer: the second pack's first save is killed
     (SIGKILL) while it writes, leaving ``global_stepN`` without ``latest`` naming it. The fork's own
-    ``load_checkpoint`` then loads ``latest``'s weights but takes its iteration from that partial folder; the
-    next segment removes the folder (logged, in its record) and the fork, run as its launch, resumes at
+    ``load_checkpoint`` then loads ``latest``'s weights but takes its iteration from that partial folder
+    (the first pack's config, ``iteration_offset`` 0, the ``iteration`` the checkpoint holds); the next
+    segment removes the folder (logged, in its record) and the fork, run as its launch, resumes at
     ``latest``."""
     wf, checkpoints = variants["neox"], tmp_path / "checkpoints"
     layout = checkpoint_dirs.of("neox")
@@ -286,22 +306,69 @@ def test_a_save_cut_by_a_kill_is_removed_and_the_fork_resumes_from_latest(
     states.unlink()
     states.write_bytes(written[0])  # the part of the file the save wrote before the kill
     assert layout.latest(str(checkpoints)) == offset and layout.steps(str(checkpoints))[-1] == step
-    before = trainers.run("fork", ["-c", PICK, str(config_path)])
-    assert before.returncode == 0, before.stderr[-3000:]
-    picked = json.loads(before.stdout.strip().splitlines()[-1])
-    assert picked == {"iteration": step - offset, "loaded": [layout.tag(offset)]}  # out of step
-    pick = tmp_path / "pick.py"
-    pick.write_text(PICK)
+    first_config = Path(read_json(keys[first])["config"])
+    picked = pick(trainers, "fork", [first_config, config_path])
+    assert picked[0] == {"iteration": offset, "loaded": [layout.tag(offset)]}  # offset 0: the checkpoint's
+    assert picked[1] == {"iteration": step - offset, "loaded": [layout.tag(offset)]}  # out of step
+    script = tmp_path / "pick.py"
+    script.write_text(PICK)
     fork = trainers.tree("fork")
     launch = (
         f"(cd {shlex.quote(str(fork))} && PYTHONPATH={shlex.quote(str(fork))} PYTHONWARNINGS=ignore "
-        f"{shlex.quote(trainers.python)} {pick} {{config}} > {tmp_path / 'picked.txt'}) && {reference}"
+        f"{shlex.quote(trainers.python)} {script} {{config}} > {tmp_path / 'picked.txt'}) && {reference}"
     )
     resumed = train_segment(keys[second], tmp_path / "second.json", launch)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     picked = json.loads((tmp_path / "picked.txt").read_text().strip().splitlines()[-1])
-    assert picked == {"iteration": 0, "loaded": [layout.tag(offset)]}  # pack 2's iteration 0 at latest
+    assert picked == [{"iteration": 0, "loaded": [layout.tag(offset)]}]  # pack 2's iteration 0 at latest
     record = read_json(tmp_path / "second.json")
     assert record["removed_partial"] == [layout.tag(step)] and record["first_step"] == offset
     assert f"removed {layout.tag(step)}" in resumed.stdout and record["last_step"] > offset
     assert layout.latest(str(checkpoints)) == record["last_step"]
+
+
+def test_upstream_resumes_the_reference_trainers_checkpoint(
+    variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
+) -> None:
+    """Upstream's ``load_checkpoint`` (no ``iteration_offset``) takes the iteration the checkpoint holds: the
+    reference trainer's, after its one-pack plan's first segment, is the step it saved at."""
+    wf, checkpoints = variants["neox-upstream"], tmp_path / "checkpoints"
+    (pack,) = (p["name"] for p in read_json(wf.root / "results" / "plan.json")["packs"])
+    keys = isolated(wf, pack, checkpoints, tmp_path)
+    reference = f"{shlex.quote(sys.executable)} -m workflow_scripts train-reference --config {{config}}"
+    done = train_segment(keys, tmp_path / "record.json", reference)
+    assert done.returncode == 0, done.stdout[-3000:]
+    step, tag = read_json(tmp_path / "record.json")["last_step"], checkpoint_dirs.of("neox").tag
+    assert step > 0 and pick(trainers, "neox", [Path(read_json(keys)["config"])]) == [
+        {"iteration": step, "loaded": [tag(step)]}
+    ]
+
+
+def test_the_fork_loads_only_with_an_optimizer_that_clips(
+    variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
+) -> None:
+    """The fork's ``load_checkpoint`` sets ``model.optimizer.clip_grad`` (printing it first) whenever
+    ``load`` is set, a first segment's too (no checkpoint yet): DeepSpeed's engine, made from the config as
+    the fork makes it, on its CPU accelerator, for every precision and ZeRO stage a CPU runs (fp16 is
+    refused there; DeepSpeed's fp16 optimizers have ``clip_grad``). The lint refuses exactly the configs the
+    fork fails on: fp32 without ZeRO, the plain torch optimizer."""
+    wf = variants["neox"]
+    pack = read_json(wf.root / "results" / "plan.json")["packs"][0]["name"]
+    base = yaml.safe_load(
+        (wf.root / read_json(wf.root / "results" / "train" / pack / "keys.json")["config"]).read_text()
+    )
+    combos = [(precision, stage) for precision in ("fp32", "bfloat16") for stage in (0, 1, 2, 3)]
+    configs = []
+    for precision, stage in combos:
+        config = base | {"precision": precision, "zero_optimization": {"stage": stage},
+                         "load": str(tmp_path / "none"), "save": str(tmp_path / "none")}  # fmt: skip
+        configs.append(tmp_path / f"{precision}-{stage}.yml")
+        configs[-1].write_text(yaml.safe_dump(config))
+    results = pick(trainers, "fork", configs)
+    for (precision, stage), config, got in zip(combos, configs, results, strict=True):
+        refused = [e for e in lint.lint_neox(yaml.safe_load(config.read_text())).errors if "clip_grad" in e]
+        if precision == "fp32" and stage == 0:
+            assert got["error"] == "AttributeError: 'AdamW' object has no attribute 'clip_grad'", got
+            assert refused, (precision, stage)
+        else:
+            assert got == {"iteration": 0, "loaded": []} and not refused, (precision, stage, got, refused)

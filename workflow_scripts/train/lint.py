@@ -105,7 +105,29 @@ def lint_neox(config: dict[str, Any], upstream: bool = False) -> Findings:
         ]
         if missing:
             found.errors.append(f"lr_decay_style sqrt (the LUMI fork) needs {', '.join(missing)}")
+    if not upstream and fork_precision(config) == "fp32" and zero_stage(config) == 0:
+        found.errors.append(
+            "precision fp32 without ZeRO (zero_optimization.stage 0): the LUMI fork's load_checkpoint sets "
+            "the optimizer's clip_grad whenever load is set, a first segment's too, and DeepSpeed's plain "
+            "fp32 optimizer has none (AttributeError: no attribute 'clip_grad'); set precision bfloat16 "
+            "(or fp16), or zero_optimization.stage 1 or more"
+        )
     return found
+
+
+def fork_precision(config: dict[str, Any]) -> str:
+    """The precision GPT-NeoX derives (arguments.py, calculate_derived): ``fp16``/``bf16`` enabled name
+    theirs, ``precision`` otherwise; any other value is fp32."""
+    enabled = [
+        p for p, key in (("fp16", "fp16"), ("bfloat16", "bf16")) if (config.get(key) or {}).get("enabled")
+    ]
+    precision = enabled[0] if enabled else config.get("precision")
+    return precision if precision in ("fp16", "bfloat16") else "fp32"
+
+
+def zero_stage(config: dict[str, Any]) -> int:
+    """The ZeRO stage of a GPT-NeoX config (GPT-NeoX's default: 0)."""
+    return int((config.get("zero_optimization") or {}).get("stage") or 0)
 
 
 def lint_megatron(config: dict[str, Any]) -> Findings:

@@ -34,6 +34,7 @@ BASE = {
     "lr_decay_style": "cosine",
     "eval_interval": 500,
     "data_impl": "mmap",
+    "precision": "bfloat16",  # the LUMI fork cannot load with fp32 and no ZeRO (train/lint.py)
 }
 
 SEED_000 = {
