@@ -17,16 +17,15 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.train.slurm_jobs import job_environment, run_snakefile, slurm_cluster  # noqa: F401 (a fixture)
 from tests.trainers import Trainers
 from tests.utils import snakemake_env, tail
-from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.train import checkpoint_eval, launch_env
 from workflow_scripts.train.hf import config as hf_config
@@ -174,29 +173,23 @@ def test_the_lumi_launch_starts_its_ranks_through_the_slurm_executor(slurm_clust
     config = neox_config(work / "lumi.yml")
     launch = LUMI["launch"].format(config=str(config), pack="main_1")
     (work / "launch.sh").write_text(launch)
-    (work / "Snakefile").write_text(
-        textwrap.dedent("""\
+    snakefile = textwrap.dedent("""\
         rule launch:
             output: "launched"
             resources: mpi="srun", nodes=1, tasks_per_node=2, cpus_per_task=1
             shell: "bash launch.sh > launch.log 2>&1 && env > job.env && touch {output}"
         """)
-    )
     stubs = site_stubs(trainers, tmp_path / "stubs")
-    env = snakemake_env() | {
+    env = {
         "PATH": f"{stubs}:{snakemake_env()['PATH']}",
-        "PYTHONPATH": str(REPO),  # the launch's `python -m workflow_scripts`, as in a checkout
         "NEOX_DIR": str(neox_dir(trainers, tmp_path / "neox")),
         "SNAKEPACK_NEOX_IMAGE": "/appl/gpt-neox.sif",
         "PROBE_OUT": str(out),
     }
-    cmd = ["timeout", "-s", "KILL", str(SNAKEMAKE_TIMEOUT_S), sys.executable, "-m", "snakemake",
-           "--profile", str(REPO / "profiles" / "slurm-local"), "--directory", str(work), "-s",
-           str(work / "Snakefile"), "--jobs", "1"]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    proc = run_snakefile(work, snakefile, env)
     log = (work / "launch.log").read_text() if (work / "launch.log").exists() else ""
     assert proc.returncode == 0, tail(proc.stdout + proc.stderr) + "\n--- launch.log\n" + tail(log)
-    job_env = dict(line.split("=", 1) for line in (work / "job.env").read_text().splitlines() if "=" in line)
+    job_env = job_environment(work / "job.env")
     assert "SLURM_NTASKS" not in job_env and "SLURM_JOB_NODELIST" not in job_env  # the plugin stripped them
     job = job_env["SLURM_JOB_ID"]
     assert (work / f"hosts_{job}").read_text() == "localhost slots=2\n"
