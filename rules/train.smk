@@ -210,8 +210,9 @@ rule train_prune:
 
 rule train_pack:
     input:
-        unpack(lambda wildcards: train_chain().finish_inputs(wildcards.pack)),  # a pack without segments: the one before
         pack_keys=TRAIN_LAYOUT.keys("{pack}"),
+        records=lambda wildcards: train_chain().records(wildcards.pack),
+        previous=lambda wildcards: train_chain().finish_waits(wildcards.pack),  # a pack without segments: the one before
     output:
         TRAIN_LAYOUT.done("{pack}"),
     log:

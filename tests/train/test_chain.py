@@ -100,15 +100,13 @@ def test_a_pack_with_nothing_to_train_keeps_its_place_in_the_chain() -> None:
     chain = Chain.build(packs, TrainSettings.from_config({"eval_launch": "eval {tag}"}), False, LAYOUT)
     assert [s.pack.name for s in chain.segments] == ["warmup_0"] * 2 + ["main_2"] * 3
     assert chain.waits_for("main_2", 0) == ["r/train/tail_1/done.json"]
-    assert chain.finish_inputs("tail_1") == {"records": [], "previous": ["r/train/warmup_0/done.json"]}
-    assert chain.finish_inputs("main_2") == {"records": chain.records("main_2"), "previous": []}
+    assert chain.records("tail_1") == [] and chain.finish_waits("tail_1") == ["r/train/warmup_0/done.json"]
+    assert chain.records("main_2") and chain.finish_waits("main_2") == []
     assert chain.prune_inputs("main_2", 0)["previous"] == ["r/train/warmup_0/retention/1.json"]
     made = [*chain.target(), *chain.evaluations(), *chain.records()]
     assert [p for p in made if "tail_1" in p] == ["r/train/tail_1/done.json"]
     assert not [p for p in made if "-1" in p]
     first = Chain.build(packs[1:], TrainSettings.from_config({}), False, LAYOUT)  # nothing before it
-    assert first.finish_inputs("tail_1")["previous"] == [] and first.waits_for("main_2", 0) == [
-        "r/train/tail_1/done.json"
-    ]
+    assert first.finish_waits("tail_1") == [] and first.waits_for("main_2", 0) == ["r/train/tail_1/done.json"]
     with pytest.raises(ChainError, match=r"tail_1 has no segment \(nothing to train\), not 0"):
         chain.segment("tail_1", 0)

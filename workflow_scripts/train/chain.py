@@ -131,13 +131,10 @@ class Chain:
         before = self.before(pack)
         return [self.layout.done(before.name)] if before else []
 
-    def finish_inputs(self, pack: str) -> dict[str, list[str]]:
-        """What a pack's check waits for: its records, or the previous pack's end where it has none."""
-        records, before = self.records(pack), self.before(pack)
-        return {
-            "records": records,
-            "previous": [self.layout.done(before.name)] if before and not records else [],
-        }
+    def finish_waits(self, pack: str) -> list[str]:
+        """What a pack's check waits for besides its records: the previous pack's end where it has none."""
+        before = self.before(pack)
+        return [self.layout.done(before.name)] if before and not self.records(pack) else []
 
     def prune_inputs(self, pack: str, k: int) -> dict[str, Any]:
         """Retention after a segment: its record, its evaluation, the retention before it."""
