@@ -57,6 +57,25 @@ if not hasattr(typing, "override"):
     typing.override = typing_extensions.override
 '''
 
+# The start of a script run in Megatron-LM's tree (Trainers.run("megatron", ["-c", MEGATRON_ARGS + ...])):
+# ``parsed(argv)`` is pretrain_gpt.py's arguments as Megatron-LM's own parse_args + validate_args leave them,
+# set as its global arguments. The one stub: validate_args asks the GPU's compute capability (no GPU here).
+MEGATRON_ARGS = r"""
+import contextlib, io, sys
+from megatron.training import arguments, global_vars
+
+arguments.get_device_arch_version = lambda: 9  # stub: the GPU's compute capability (no GPU here)
+
+def parsed(argv, build_tokenizer=True):
+    sys.argv = ["pretrain_gpt.py", *argv]
+    with contextlib.redirect_stdout(io.StringIO()):
+        args = arguments.parse_args()
+        arguments.validate_args(args)
+    global_vars.unset_global_variables()
+    global_vars.set_global_variables(args, build_tokenizer=build_tokenizer)
+    return args
+"""
+
 
 class Missing(RuntimeError):
     """No archives: the checkout is not beside ``shared/`` (a user's checkout)."""

@@ -34,20 +34,21 @@ import pytest
 import yaml
 
 from tests.train.launches import START, segments
-from tests.trainers import Trainers
+from tests.trainers import MEGATRON_ARGS, Trainers
 from tests.utils import REPO, Workflow
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.train import checkpoint_eval, progress_lines, segment
 
-LOOP = r"""
-import contextlib, fcntl, io, json, os, sys
+LOOP = (
+    MEGATRON_ARGS
+    + r"""
+import fcntl, json, os
 import torch
 from megatron.core import mpu
 from megatron.core.datasets.utils import compile_helpers
-from megatron.training import arguments, checkpointing, global_vars, training
+from megatron.training import checkpointing, training
 
-arguments.get_device_arch_version = lambda: 9  # stub: the GPU's compute capability (no GPU here)
 _tensor = torch.tensor
 def _cpu_tensor(*args, **kwargs):  # stub: the data loaders' flags go to 'cuda' to be broadcast
     if kwargs.get("device") == "cuda":
@@ -63,15 +64,6 @@ with open(sys.argv[3], "w") as lock:  # one build at a time on this machine (tes
     compile_helpers()  # as initialize_megatron does on rank 0 (a no-op once built)
 import pretrain_gpt
 pretrain_gpt.train_valid_test_datasets_provider.is_distributed = True  # as pretrain_gpt's __main__
-
-def parsed(argv):
-    sys.argv = ["pretrain_gpt.py", *argv]
-    with contextlib.redirect_stdout(io.StringIO()):
-        args = arguments.parse_args()
-        arguments.validate_args(args)
-    global_vars.unset_global_variables()
-    global_vars.set_global_variables(args)
-    return args
 
 def scheduler(args):  # what setup_model_and_optimizer builds (update_train_iters included)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.lr)
@@ -134,6 +126,7 @@ for seg in json.loads(sys.argv[1]):
     out.append(r)
 print(json.dumps(out))
 """
+)
 
 
 def free_port() -> int:

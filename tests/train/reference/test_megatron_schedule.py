@@ -28,30 +28,22 @@ import pytest
 
 from tests.train.reference.conftest import losses, run_trainer
 from tests.train.reference.test_megatron_config import write_args
-from tests.trainers import Trainers
+from tests.trainers import MEGATRON_ARGS, Trainers
 from tests.utils import Workflow
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.train.configs import megatron
 from workflow_scripts.train.reference.config import load_config
 from workflow_scripts.train.reference.run_config import ConfigError
 
-SCHEDULER = r"""
-import contextlib, io, json, sys
+SCHEDULER = (
+    MEGATRON_ARGS
+    + r"""
+import json
 import torch
-from megatron.training import arguments, global_vars, training
+from megatron.training import training
 
-arguments.get_device_arch_version = lambda: 9  # stub: the GPU's compute capability (no GPU here)
 with open(sys.argv[1]) as f:  # the runs' argvs (too long for one argument)
     given = json.load(f)
-
-def parsed(argv):
-    sys.argv = ["pretrain_gpt.py", *argv]
-    with contextlib.redirect_stdout(io.StringIO()):
-        args = arguments.parse_args()
-        arguments.validate_args(args)
-    global_vars.unset_global_variables()
-    global_vars.set_global_variables(args, build_tokenizer=False)
-    return args
 
 def typed(value):
     return [value, type(value).__name__]
@@ -62,7 +54,7 @@ out = {"defaults": {k: typed(defaults[k]) for k in given["dests"]}, "runs": []}
 for run in given["runs"]:
     values, validated, state = [], [], None
     for pack in run:
-        args = parsed(pack["argv"])
+        args = parsed(pack["argv"], build_tokenizer=False)
         validated.append({k: typed(getattr(args, k)) for k in given["dests"]})
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         scheduler = training.get_optimizer_param_scheduler(optimizer)
@@ -76,6 +68,7 @@ for run in given["runs"]:
     out["runs"].append({"values": values, "validated": validated})
 print(json.dumps(out))
 """
+)
 
 STYLES = {  # a run's name -> the flags that replace the sample's (None: the flag left out; later: packs 2...)
     "sample": {},
