@@ -18,6 +18,17 @@ and 2.14 CPU builds for this Python only), named here so that no one takes them 
   ``typing_extensions.override``. Megatron-LM's code itself is run as it is.
 - Left out of GPT-NeoX's requirements: ``lm_eval`` (the evaluation harness) and ``mpi4py`` (needs an MPI
   build); no test imports them.
+
+Megatron-Bridge, the converter Megatron-LM's users take between Hugging Face and Megatron, is the anchor of
+our Megatron import and export (tests/train/hf/bridge.py, test_bridge_compat.py). It runs in a venv of its
+own (``bridge()``, cached under ``bridge-{hash of BRIDGE}``): it needs its own Megatron-core release, and the
+pinned Megatron-LM tree is Megatron-core 0.20.0-dev. The pins are the newest releases for this Python:
+megatron-bridge 0.4 and later and megatron-core 0.17 and later declare Python >= 3.12, so megatron-bridge
+0.3.1 (it asks for megatron-core < 0.17) and megatron-core 0.16.1 (its cp311 wheel). Both are installed
+without their declared dependencies, which pull transformer-engine, mamba-ssm, causal-conv1d and others
+that cannot be installed or run without CUDA; what the LLaMA conversion imports is installed instead
+(BRIDGE: transformers < 5 as megatron-bridge asks, rich, omegaconf, einops, and the same triton and torch
+as above). The two stand-ins that its code needs on a CPU are named in tests/train/hf/bridge.py.
 """
 
 from __future__ import annotations
@@ -48,6 +59,10 @@ SKIPPED = re.compile(r"^(lm_eval|mpi4py|deepspeed|lm_dataformat)\b")
 # gigatoken: Megatron-LM's tools/preprocess_data_fast.py (--use-gigatoken), which bench_tokenize_bpe times.
 EXTRA = ["torch==2.13.0", "packaging>=24.2", "triton==3.6.0", "setuptools<81", "typing_extensions", "pyyaml"]
 EXTRA += ["gigatoken>=0.10,<0.11"]
+# Megatron-Bridge's venv (see the docstring): the two packages without their dependencies; what they import.
+BRIDGE_NO_DEPS = ["megatron-core==0.16.1", "megatron-bridge==0.3.1"]
+BRIDGE = ["torch==2.13.0", "transformers==4.57.6", "triton==3.6.0", "numpy<3", "packaging>=24.2"]
+BRIDGE += ["rich==15.0.0", "omegaconf==2.4.0", "einops==0.8.2", "pyyaml"]
 SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker): backported."""
 import typing
 
@@ -104,6 +119,24 @@ class Trainers:
         env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore", **(env or {})}
         return subprocess.run(
             [self.python, *argv], cwd=src, env=env, capture_output=True, text=True, check=False, **kwargs
+        )
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """Megatron-Bridge's venv."""
+
+    root: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.root / "venv" / "bin" / "python")
+
+    def run(self, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        """``python argv`` in the repository; never raises on failure."""
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        return subprocess.run(
+            [self.python, *argv], cwd=REPO, env=env, capture_output=True, text=True, check=False, **kwargs
         )
 
 
@@ -180,5 +213,29 @@ def trainers() -> Trainers:
     return Trainers(root)
 
 
+def build_bridge(root: Path) -> None:
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, *BRIDGE], check=True)
+    subprocess.run([*pip, "--no-deps", *BRIDGE_NO_DEPS], check=True)
+
+
+def bridge() -> Bridge:
+    """The cached Megatron-Bridge venv, built now if missing (one builder at a time per machine)."""
+    pins = f"{sys.version_info[:2]} {BRIDGE} {BRIDGE_NO_DEPS}"
+    root = CACHE / f"bridge-{hashlib.sha256(pins.encode()).hexdigest()[:16]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "ready").exists():
+            print(f"building Megatron-Bridge's environment in {root} (once per machine)", file=sys.stderr)
+            shutil.rmtree(root, ignore_errors=True)
+            build_bridge(root)
+            (root / "ready").write_text(pins + "\n")
+    return Bridge(root)
+
+
 if __name__ == "__main__":
     print(trainers().root)
+    print(bridge().root)

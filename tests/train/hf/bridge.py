@@ -1,0 +1,206 @@
+"""Megatron-Bridge's own conversions, run on the CPU in its venv (tests/trainers.Bridge), one process per
+rank with gloo: the anchor the compatibility tests compare our Megatron import and export with.
+
+``python bridge.py to-megatron HF OUT --tp T --pp P``: ``AutoBridge.from_hf_pretrained(HF)``, its model
+provider at T x P with its pre-wrap hook that loads the HF weights (``load_weights_hf_to_megatron``); each
+rank's ``state_dict`` to ``OUT/tp{t}_pp{p}.pt`` (layers renumbered to the global layer, ``_extra_state``
+left out).
+
+``python bridge.py to-hf HF CKPT OUT --tp T --pp P``: the provider's model at T x P, without weights, loads
+the torch_dist folder CKPT with Megatron-core's ``dist_checkpointing.load`` (its ``sharded_state_dict``);
+``AutoBridge.save_hf_pretrained`` writes the HF folder OUT, and ``megatron_to_hf_config`` of the provider
+goes to ``OUT/bridge_config.json``. HF gives the architecture (the bridge is made from its config).
+
+Megatron-core is built as Bridge's provider builds it, with these changes for a CPU (none is in the
+weights): the local transformer spec (``local_layer_spec``: no transformer-engine), fp32,
+``use_cpu_initialization``, the fusions that need CUDA kernels off. Stand-ins, named:
+
+- ``transformer_engine``: Bridge's LoRA modules (``megatron.bridge.peft.lora_layers`` and ``.lora``, which
+  ``model_bridge`` imports) import it and subclass ``te.Linear`` at import. While those two modules are
+  imported, and only then, a module of placeholder classes stands in for it; no Megatron-core module is
+  imported meanwhile (checked), so Megatron-core sees no transformer-engine.
+- ``torch.cuda.current_device``: Bridge's replicated mapping moves a weight to it before broadcasting it
+  to the tensor-parallel ranks (``ReplicatedMapping.hf_to_megatron``); here it gives the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.abc
+import importlib.machinery
+import json
+import re
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+TE_IMPORTERS = {"megatron.bridge.peft.lora_layers", "megatron.bridge.peft.lora"}
+# What those two import from Megatron-core: imported first, so that none of it sees the stand-in.
+CORE_FIRST = [
+    "megatron.core.parallel_state",
+    "megatron.core.utils",
+    "megatron.core.transformer.moe.moe_utils",
+    "megatron.core.transformer.moe.router",
+]
+
+
+def _placeholder_module(name: str) -> types.ModuleType:
+    """A module whose every public name is a placeholder class (subclassable, never built here)."""
+    module = types.ModuleType(name)
+    module.__path__ = []
+    made: dict[str, type] = {}
+
+    def attribute(attr: str) -> type:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return made.setdefault(attr, type(attr, (torch.nn.Module,), {}))
+
+    module.__getattr__ = attribute  # type: ignore[method-assign]
+    return module
+
+
+class _WithTransformerEngineStandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds TE_IMPORTERS and executes each with the ``transformer_engine`` stand-in in sys.modules."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in TE_IMPORTERS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        assert spec is not None and spec.loader is not None, fullname
+        self.real = spec.loader
+        spec.loader = self
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        te = _placeholder_module("transformer_engine")
+        te.pytorch = _placeholder_module("transformer_engine.pytorch")
+        te.pytorch.ops = _placeholder_module("transformer_engine.pytorch.ops")
+        stand_ins = {m.__name__: m for m in (te, te.pytorch, te.pytorch.ops)}
+        before = set(sys.modules)
+        sys.modules.update(stand_ins)
+        try:
+            self.real.exec_module(module)  # type: ignore[attr-defined]
+        finally:
+            for name in stand_ins:
+                del sys.modules[name]
+        core = sorted(m for m in set(sys.modules) - before if m.startswith("megatron.core"))
+        assert not core, f"Megatron-core imported beside the transformer_engine stand-in: {core}"
+
+
+def import_bridge() -> Any:
+    """``megatron.bridge`` imported with the transformer-engine stand-in for its LoRA modules."""
+    for name in CORE_FIRST:
+        importlib.import_module(name)
+    finder = _WithTransformerEngineStandIn()
+    sys.meta_path.insert(0, finder)
+    try:
+        return importlib.import_module("megatron.bridge")
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def _cpu_device() -> torch.device:
+    return torch.device("cpu")
+
+
+def build(bridge: Any, tp: int, pp: int, load_weights: bool) -> tuple[Any, list[torch.nn.Module]]:
+    """Bridge's provider for ``bridge`` at tp x pp on the CPU (see the module docstring) and its model."""
+    from megatron.bridge.models.gpt_provider import local_layer_spec
+
+    provider = bridge.to_megatron_provider(load_weights=load_weights)
+    provider.tensor_model_parallel_size = tp
+    provider.pipeline_model_parallel_size = pp
+    provider.transformer_layer_spec = local_layer_spec
+    provider.params_dtype = torch.float32
+    provider.bf16 = provider.fp16 = False
+    provider.gradient_accumulation_fusion = False
+    provider.bias_activation_fusion = provider.masked_softmax_fusion = False
+    provider.bias_dropout_fusion = provider.apply_rope_fusion = provider.persist_layer_norm = False
+    provider.finalize()
+    model = provider.provide_distributed_model(
+        wrap_with_ddp=False, use_cpu_initialization=True, mixed_precision_wrapper=None
+    )
+    return provider, model
+
+
+def rank_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The rank's state_dict, its layers renumbered from the stage's to the global layer."""
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    offset = get_transformer_layer_offset(model.config)
+    renumber = re.compile(r"^decoder\.layers\.(\d+)\.")
+    return {
+        renumber.sub(lambda m: f"decoder.layers.{int(m[1]) + offset}.", name): tensor.detach().clone()
+        for name, tensor in model.state_dict().items()
+        if not name.endswith("_extra_state")
+    }
+
+
+def to_megatron(hf: str, out: str, tp: int, pp: int) -> None:
+    from megatron.core import parallel_state
+
+    bridge = import_bridge().AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
+    _, model = build(bridge, tp, pp, load_weights=True)
+    t, p = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
+    torch.save(rank_state(model[0]), Path(out) / f"tp{t}_pp{p}.pt")
+
+
+def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int) -> None:
+    from megatron.core import dist_checkpointing
+
+    bridge = import_bridge().AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
+    provider, model = build(bridge, tp, pp, load_weights=False)
+    loaded = dist_checkpointing.load(model[0].sharded_state_dict(), ckpt)
+    model[0].load_state_dict(loaded, strict=False)
+    bridge.save_hf_pretrained(model, out, show_progress=False)
+    if dist.get_rank() == 0:
+        config = type(bridge._model_bridge).megatron_to_hf_config(provider)
+        Path(out, "bridge_config.json").write_text(json.dumps(config, indent=1, sort_keys=True, default=str))
+
+
+def _rank(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
+    from megatron.core import parallel_state
+
+    torch.cuda.current_device = _cpu_device  # stand-in (module docstring)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    parallel_state.initialize_model_parallel(args.tp, args.pp)
+    try:
+        if args.command == "to-megatron":
+            to_megatron(args.hf, args.out, args.tp, args.pp)
+        else:
+            to_hf(args.hf, args.ckpt, args.out, args.tp, args.pp)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["to-megatron", "to-hf"])
+    parser.add_argument("hf")
+    parser.add_argument("paths", nargs="+", help="to-megatron: OUT; to-hf: CKPT OUT")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    args = parser.parse_args()
+    if args.command == "to-megatron":
+        (args.out,) = args.paths
+    else:
+        args.ckpt, args.out = args.paths
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        world = args.tp * args.pp
+        mp.spawn(_rank, args=(world, str(Path(tmp) / "store"), args), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    main()
