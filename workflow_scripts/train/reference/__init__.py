@@ -12,6 +12,7 @@ unknown keys are refused. It refuses a ``train_iters`` that would read a pretrai
   implemented and the ones not,
 - ``neox_config``: GPT-NeoX's YAML files, merged as ``NeoXArgs.from_ymls`` merges them,
 - ``megatron_config``: a Megatron-LM arguments file, mapped onto GPT-NeoX's keys,
+- ``megatron_model``: its model flags, read as Megatron-LM builds the model (what it does not build refused),
 - ``run_config``: what a run reads (``RunConfig``, ``ModelConfig``) and ``ConfigError``,
 - ``data``: GPT-NeoX's index mappings (doc, sample, shuffle) and the datasets over the ``.bin`` memmap,
 - ``masks``: SFT loss masking outside assistant spans and per-document attention (the LUMI fork's switches),

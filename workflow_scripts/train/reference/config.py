@@ -229,9 +229,17 @@ MODEL_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos_emb": ("learned", "rotar
                  "activation": ("gelu", "swiglu")}  # fmt: skip
 
 
-def model_config(raw: dict[str, Any], path: str, vocab_size: int, seq: int, max_pos: int) -> ModelConfig:
-    """The model's shape from GPT-NeoX's keys; a shape the reference cannot build is refused (a checkpoint
-    of another shape would not load, or would load as another model)."""
+def model_config(
+    raw: dict[str, Any],
+    path: str,
+    vocab_size: int,
+    seq: int,
+    max_pos: int,
+    ffn_hidden_size: int | None = None,
+) -> ModelConfig:
+    """The model's shape from GPT-NeoX's keys (and Megatron-LM's exact ``ffn_hidden_size``); a shape the
+    reference cannot build is refused (a checkpoint of another shape would not load, or would load as
+    another model)."""
     for key, choices in MODEL_CHOICES.items():
         if key in raw and raw[key] not in choices:
             built = " or ".join(choices)
@@ -266,6 +274,7 @@ def model_config(raw: dict[str, Any], path: str, vocab_size: int, seq: int, max_
         activation=str(raw.get("activation", "gelu")),
         intermediate_size=_int(raw, "intermediate_size", minimum=1),
         mlp_multiple_of=_int(raw, "mlp_multiple_of", 1, minimum=1),
+        ffn_hidden_size=ffn_hidden_size,
         num_kv_heads=kv_heads,
         attn_bias=bool(raw.get("use_bias_in_attn_linear", True)),
         mlp_bias=bool(raw.get("use_bias_in_mlp", True)),
@@ -361,7 +370,7 @@ def load_config(
     if max_pos < seq:
         raise ConfigError(f"max_position_embeddings {max_pos} < seq_length {seq}")
     vocab_size = padded_vocab(vocab, _int(raw, "make_vocab_size_divisible_by", 128, minimum=1))
-    model = model_config(raw, path, vocab_size, seq, max_pos)
+    model = model_config(raw, path, vocab_size, seq, max_pos, megatron.get("ffn_hidden_size"))
     factor = _int(raw, "checkpoint_factor", minimum=1)
     exit_interval = _int(raw, "exit_interval", minimum=1)
     eval_interval = _int(raw, "eval_interval", 1000, minimum=1)

@@ -11,7 +11,7 @@ unsaved, and with it only ``--exit-signal`` (SIGTERM unless given) saves. The LR
 Megatron-LM's ``OptimizerParamScheduler`` over the whole run (``lr.MegatronSchedule``, from the scheduler's
 flags, ``configs.megatron.SCHEDULER_ARGS``), not GPT-NeoX's per-pack schedule; its values are saved in each
 checkpoint and checked on a resume as Megatron-LM checks them, unless a scheduler flag says whose win.
-Megatron-LM's tokenizer classes are read as GPT-NeoX's.
+Megatron-LM's tokenizer classes are read as GPT-NeoX's; the model's flags as ``megatron_model`` reads them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from workflow_scripts.train import checkpoint_dirs, lint
 from workflow_scripts.train.configs import checks
 from workflow_scripts.train.configs.megatron import SCHEDULER_ARGS, SCHEDULER_FROM_ARGS, scheduler_args
+from workflow_scripts.train.reference.megatron_model import MODEL_FLAGS, model_keys
 from workflow_scripts.train.reference.run_config import ConfigError
 
 MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
@@ -35,7 +36,6 @@ MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-Ne
     "clip_grad": "gradient_clipping",
     "tensor_model_parallel_size": "model_parallel_size",
     "pipeline_model_parallel_size": "pipe_parallel_size",
-    "norm_epsilon": "layernorm_epsilon",
 }
 MEGATRON_OWN = {  # read by the Megatron mapping itself
     *SCHEDULER_ARGS,
@@ -45,7 +45,7 @@ MEGATRON_OWN = {  # read by the Megatron mapping itself
     "adam_eps",
     "bf16",
     "fp16",
-    "untie_embeddings_and_output_weights",
+    *MODEL_FLAGS,
     "phase_transition_iterations",
     "exit_signal_handler",
     "exit_signal",
@@ -99,7 +99,8 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
         },
     }
     raw["precision"] = "bf16" if given.get("bf16") else "fp16" if given.get("fp16") else "fp32"
-    raw["no_weight_tying"] = bool(given.get("untie_embeddings_and_output_weights"))
+    model, ffn_hidden_size = model_keys(path, given)
+    raw |= model
     for flag in ("decoupled_lr", "decoupled_min_lr"):
         if given.get(flag) is not None:
             raise ConfigError(
@@ -133,6 +134,7 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
         "phase_transitions": transitions,
         "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
         "tokenizer_type": given.get("tokenizer_type"),
+        "ffn_hidden_size": ffn_hidden_size,
     }
     return raw, megatron
 

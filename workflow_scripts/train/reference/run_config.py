@@ -21,7 +21,7 @@ class ConfigError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The model's shape (GPT-NeoX key names and defaults)."""
+    """The model's shape (GPT-NeoX key names and defaults; ``ffn_hidden_size`` Megatron-LM's)."""
 
     vocab_size: int  # padded to make_vocab_size_divisible_by, as GPT-NeoX does
     num_layers: int
@@ -40,6 +40,7 @@ class ModelConfig:
     activation: str = "gelu"  # or swiglu
     intermediate_size: int | None = None
     mlp_multiple_of: int = 1
+    ffn_hidden_size: int | None = None  # Megatron-LM's: linear2's input (each SwiGLU half), exact
     num_kv_heads: int | None = None
     attn_bias: bool = True  # use_bias_in_attn_linear
     mlp_bias: bool = True  # use_bias_in_mlp
@@ -55,7 +56,11 @@ class ModelConfig:
         return self.pos_emb == "rotary"
 
     def _ffn(self) -> tuple[int, int]:
-        """GPT-NeoX's ParallelMLP sizes: ``linear1``'s output and ``linear2``'s input."""
+        """The MLP's sizes, ``linear1``'s output and ``linear2``'s input: Megatron-LM's ``ffn_hidden_size``
+        when given, GPT-NeoX's ParallelMLP's from ``intermediate_size`` and ``mlp_multiple_of`` otherwise."""
+        if self.ffn_hidden_size is not None:
+            gated = self.activation == "swiglu"
+            return (2 if gated else 1) * self.ffn_hidden_size, self.ffn_hidden_size
         ffn = self.intermediate_size or 4 * self.hidden_size
         ffn_in = ffn
         if self.activation == "swiglu":
