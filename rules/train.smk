@@ -118,21 +118,23 @@ rule train_finetune_start:
 
 
 rule train_import:
-    """train.init_from.hf in GPT-NeoX's layout for the base config's TP and PP, its vocabulary padded as
-    GPT-NeoX pads the data tokenizer's, checked by logits (train/import/import.json). A CPU job."""
+    """train.init_from.hf as the trainer's step-0 checkpoint: GPT-NeoX's layout for the base config's TP and
+    PP, or Megatron-LM's torch_dist (iter_0000000, loaded at any TP and PP), its vocabulary padded as the
+    trainer pads the data tokenizer's for the base config's TP, checked by logits (train/import/import.json).
+    A CPU job."""
     input:
         model=lambda wildcards: hf_start.model_files(INIT_HF),
         tokenizer=TOKENIZER,
         merges=TOKENIZER_MERGES,
     output:
-        checkpoint=directory(TRAIN_LAYOUT.import_checkpoint),
+        checkpoint=directory(TRAIN_LAYOUT.import_checkpoint(config["train"]["trainer"])),
         check=TRAIN_LAYOUT.import_check,
     log:
         TRAIN_LAYOUT.log("import"),
     params:
         hf=INIT_HF,
         tokenizer=TOKENIZER_OPTS,
-        layout=lambda wildcards: hf_start.import_args(config["train"]["base_config"]),
+        layout=lambda wildcards: hf_start.import_args(config["train"]["base_config"], config["train"]["trainer"]),
     conda:
         "../envs/train.yaml"
     shell:
@@ -142,7 +144,8 @@ rule train_import:
 
 rule train_export:
     """A checkpoint of the run as a Hugging Face folder (a pack's last step, or a milestone of
-    train.export), checked by logits and tokenizer (train/export/{export}.json). A CPU job."""
+    train.export: GPT-NeoX's global_stepN with the pack's .yml, or Megatron-LM's torch_dist iter_NNNNNNN
+    with its .args), checked by logits and tokenizer (train/export/{export}.json). A CPU job."""
     input:
         unpack(get_export_inputs),
         tokenizer=TOKENIZER,

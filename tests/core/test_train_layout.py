@@ -22,6 +22,8 @@ def test_paths_of_a_pack_and_its_segments() -> None:
     assert layout.step_log("main_1", "segment", 2) == "logs/train/main_1/segment_2.log"
     assert layout.step_log("main_1", "done") == "logs/train/main_1/done.log"
     assert layout.log("main_1_config") == "logs/train/main_1_config.log"
+    assert layout.import_checkpoint("neox") == "results/train/import/global_step0"
+    assert layout.import_checkpoint("megatron") == "results/train/import/iter_0000000"  # Megatron-LM's tag
     record = layout.record("main_1", 2)
     assert (
         train_layout.attempt(record, 2, "20261124T1200", 7)

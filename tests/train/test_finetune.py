@@ -40,3 +40,19 @@ def test_bad_starts_are_refused(tmp_path: Path) -> None:
         finetune.prepare(str(tmp_path / "c"), str(other))
     with pytest.raises(Exception, match="not a global_stepN"):
         finetune.prepare(str(tmp_path / "c"), str(tmp_path / "x"))
+
+
+def test_megatron_starts_from_an_iteration_0_import_but_not_from_a_step_the_run_saves(tmp_path: Path) -> None:
+    """Megatron-LM's --finetune restarts the count at 0 and saves only after a trained iteration, so an
+    import at iteration 0 (train.init_from.hf) is never overwritten through the link; iteration 4 of a run
+    to 20 would be."""
+    start = tmp_path / "import" / "iter_0000000"
+    start.mkdir(parents=True)
+    ckpt = tmp_path / "checkpoints"
+    assert finetune.prepare(str(ckpt), str(start), "megatron", last_step=20) == "iter_0000000"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "0"
+    assert finetune.finetune_flag(str(ckpt), str(start), "megatron")
+    saved = tmp_path / "other" / "iter_0000004"
+    saved.mkdir(parents=True)
+    with pytest.raises(finetune.FinetuneError, match="restarts the iteration count at 0"):
+        finetune.prepare(str(tmp_path / "c2"), str(saved), "megatron", last_step=20)

@@ -18,7 +18,8 @@ path (under the train folder)     what
 ``stats.json``
 ``detach/chain.json``              the job ids of a detached chain
 ``reference/{run}/``               the reference trainer's own ``loss.csv``, ``eval.jsonl``, ``segments/``
-``import/global_step0/``           ``train.init_from.hf`` in GPT-NeoX's layout (``import.json``: its check)
+``import/global_step0/``           ``train.init_from.hf`` as the trainer's start: GPT-NeoX's folder, or
+``import/iter_0000000/``           Megatron-LM's (``torch_dist``); ``import/import.json``: its check
 ``export/{name}/``                 a checkpoint as a Hugging Face folder: ``{pack}`` (its last step) or
                                    ``step{N}`` (a milestone); ``export/{name}.json``: its logit check
 ================================  ==============================================================
@@ -48,6 +49,7 @@ CONFIGS_CSV = "configs.csv"
 CONFIGS_MD = "configs.md"
 EVAL_JSONL = "eval.jsonl"
 FINETUNE_START = "finetune_start.json"
+IMPORT_FOLDERS = {"neox": "global_step0", "megatron": "iter_0000000"}  # each trainer's step-0 checkpoint
 # The records trainers leave, relative to the train folder: the Slurm segments, every run of them, their
 # curve (train_curve's loss.csv and evals.csv); and relative to the folder that holds the run's checkpoint
 # folder (reference_run), the reference trainer's curves and segments.
@@ -97,10 +99,10 @@ class TrainLayout:
         """A file of the whole run (``CONFIGS_CSV``, ``LOSS_CSV``, ...)."""
         return f"{self.root}/{name}"
 
-    @property
-    def import_checkpoint(self) -> str:
-        """Where ``train.init_from.hf`` is converted to (the run's ``finetune_from``)."""
-        return f"{self.root}/import/global_step0"
+    def import_checkpoint(self, trainer: str) -> str:
+        """Where ``train.init_from.hf`` is converted to for ``trainer`` (``neox`` or ``megatron``): the run's
+        ``finetune_from``, a step-0 checkpoint folder as that trainer names it."""
+        return f"{self.root}/import/{IMPORT_FOLDERS[trainer]}"
 
     @property
     def import_check(self) -> str:

@@ -13,6 +13,11 @@ is not a link to the start (a checkpoint the run made) is never replaced.
 ``finetune`` must be true only while the tracker still names the starting checkpoint (weights only, a fresh
 optimizer) and false once the run has saved its own, so a retried first job does not reset the optimizer
 twice; ``finetune_flag`` gives it, and the training segments set it when they start.
+
+Megatron-LM's ``--finetune`` restarts the iteration count at 0, so a start named within the run's
+iterations would be overwritten through the link by the run's own save of that iteration: refused, except
+iteration 0 (``train.init_from.hf``'s import), which Megatron-LM never saves (it saves after a trained
+iteration, in ``checkpoint_and_decide_exit``, and its final save skips iteration 0).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def prepare(checkpoints: str, start: str, trainer: str = "neox", last_step: int 
     step = schedule.start_step(start)
     if not os.path.isdir(start):
         raise FinetuneError(f"train.finetune_from: {start} is not a directory")
-    if trainer == "megatron" and last_step is not None and step <= last_step:
+    if trainer == "megatron" and last_step is not None and 0 < step <= last_step:
         raise FinetuneError(
             f"train.finetune_from: {start}: Megatron-LM's --finetune restarts the iteration count at 0, so "
             f"this run (to iteration {last_step}) could save its own {layout.tag(step)} through the link to "

@@ -1,6 +1,7 @@
-"""Megatron-LM's arguments: the base arguments file read, the computed keys under Megatron-LM's names, the
-run's length as ``--train-samples`` and the pack boundaries as ``--phase-transition-iterations``,
-``--exit-duration-in-mins`` and ``--exit-signal-handler``, written one ``--flag value`` a line; the LR
+"""Megatron-LM's arguments: the base arguments file read, the model arguments of ``train.init_from.hf``
+(``hf_model_args``), the computed keys under Megatron-LM's names, the run's length as ``--train-samples``
+and the pack boundaries as ``--phase-transition-iterations``, ``--exit-duration-in-mins``,
+``--exit-signal-handler`` and ``--ckpt-format torch_dist``, written one ``--flag value`` a line; the LR
 schedule checked to be the same in every pack (``check_scheduler``); and the file expanded into the argv
 of ``pretrain_gpt.py`` (``argv``), which reads no arguments file."""
 
@@ -16,6 +17,8 @@ from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train.configs.checks import ConfigError
 from workflow_scripts.train.configs.keys import Keys
+from workflow_scripts.train.hf import config as hf_config
+from workflow_scripts.train.hf.start import read_config
 from workflow_scripts.train.lint import dest_of, flag_of
 from workflow_scripts.train.settings import TrainSettings
 from workflow_scripts.train.trainer_tokenizers import TRAINER_TOKENIZERS
@@ -57,6 +60,69 @@ MEGATRON_NAMES = {  # the computed keys' Megatron-LM argument names (dest)
     "checkpoint_factor": "save_interval",
     "vocab_file": "tokenizer_model",
 }
+# Megatron-LM's arguments (argparse dests) for every LLaMA-shaped model. As read_base reads a file, True is
+# "the flag given": add_bias_linear is --disable-bias-linear (store_false). The False ones are flags a LLaMA
+# must not have (a base file giving one stops the config).
+LLAMA_FIXED = {
+    "position_embedding_type": "rope",
+    "rotary_percent": 1.0,
+    "rotary_interleaved": False,  # rotate-half, as Hugging Face's LLaMA
+    "use_rope_scaling": False,
+    "normalization": "RMSNorm",
+    "layernorm_zero_centered_gamma": False,
+    "swiglu": True,
+    "add_bias_linear": True,
+    "add_qkv_bias": False,
+    "qk_layernorm": False,
+    "apply_residual_connection_post_layernorm": False,
+    "group_query_attention": True,  # with as many groups as heads, plain multi-head attention
+}
+CKPT_FORMAT = "torch_dist"  # Megatron-LM's default, what hf-import writes and hf-export reads
+
+
+def hf_model_args(base: dict[str, Any], hf_dir: str, base_path: str, seq_length: int) -> dict[str, Any]:
+    """Megatron-LM's model arguments of ``train.init_from.hf``'s ``config.json`` (the shapes GPT-NeoX's
+    mapping carries over exactly, ``hf.config``); an argument the base file sets to another value is an
+    error naming both. ``--ffn-hidden-size`` with ``--swiglu`` is one half of the gated projection:
+    Hugging Face's ``intermediate_size``."""
+    config = read_config(hf_dir)
+    try:
+        neox = hf_config.neox_model_keys(config)
+    except hf_config.UnsupportedModel as error:
+        raise ConfigError(f"train.init_from.hf: {hf_dir}/config.json: {error}") from None
+    model = LLAMA_FIXED | {
+        "num_layers": neox["num_layers"],
+        "hidden_size": neox["hidden_size"],
+        "ffn_hidden_size": int(config["intermediate_size"]),
+        "num_attention_heads": neox["num_attention_heads"],
+        "num_query_groups": neox["num_kv_heads"],
+        "rotary_base": neox["rotary_emb_base"],
+        "layernorm_epsilon": neox["rms_norm_epsilon"],
+        "max_position_embeddings": neox["max_position_embeddings"],
+        "untie_embeddings_and_output_weights": neox["no_weight_tying"],
+    }
+    for key, value in model.items():
+        if key in base and base[key] != value:
+            raise ConfigError(
+                f"{base_path}: {_shown(key, base[key])}, but the model {hf_dir}/config.json gives "
+                f"{_shown(key, value)} (train.init_from.hf): remove the flag from the base file, or start "
+                "from another model"
+            )
+    if seq_length > model["max_position_embeddings"]:
+        raise ConfigError(
+            f"training.seq_length {seq_length} is longer than the model's max_position_embeddings "
+            f"{model['max_position_embeddings']} ({hf_dir}/config.json)"
+        )
+    return model
+
+
+def _shown(key: str, value: Any) -> str:
+    """An argument as a file gives it: ``--flag value``, ``--flag`` (given) or ``no --flag``."""
+    if isinstance(value, bool):
+        return flag_of(key) if value else f"no {flag_of(key)}"
+    return f"{flag_of(key)} {value}"
+
+
 NEOX_ONLY = (
     "train_data_weights",
     "valid_data_weights",
@@ -102,7 +168,20 @@ def arguments(
     )
     args["exit_signal_handler"] = True
     args["exit_signal"] = "SIGUSR1"  # the segment's watchdog and Slurm's --signal send USR1 (default: TERM)
+    args["ckpt_format"] = checkpoint_format(base, train)
     return args
+
+
+def checkpoint_format(base: dict[str, Any], train: TrainSettings) -> str:
+    """``--ckpt-format``: ``torch_dist`` unless the base file names another, which a run with Hugging Face
+    models in or out refuses (``hf-import`` writes and ``hf-export`` reads ``torch_dist`` only)."""
+    given = base.get("ckpt_format", CKPT_FORMAT)
+    if given != CKPT_FORMAT and (train.init_hf or train.export_packs or train.export_milestones):
+        raise ConfigError(
+            f"--ckpt-format {given}: train.init_from.hf and train.export read and write Megatron-LM's "
+            f"{CKPT_FORMAT} checkpoints only (its default, resharded on load); remove the flag"
+        )
+    return str(given)
 
 
 def render(args: dict[str, Any]) -> str:

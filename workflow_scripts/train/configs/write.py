@@ -60,7 +60,8 @@ def write_pack_config(
     sft_epochs = train.sft_epochs if sft else None
     keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed, sft_epochs)
     if train.init_hf:
-        for key, value in neox.hf_model_keys(base, train.init_hf, base_path, plan.seq_length).items():
+        model_keys = neox.hf_model_keys if train.trainer == "neox" else megatron.hf_model_args
+        for key, value in model_keys(base, train.init_hf, base_path, plan.seq_length).items():
             keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
     replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
     paths = TrainLayout(out_dir.rstrip("/"))

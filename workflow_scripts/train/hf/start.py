@@ -1,11 +1,11 @@
 """Models in and out of the run, as far as the plan needs to know (cheap: the Snakefile imports it).
 
-``train.init_from.hf`` names a local Hugging Face folder. The run's start becomes its import
-(core/train_layout's ``import/global_step0``), so every fine-tuning step (finetune-start, the first pack's
-``finetune: true``, retention) treats it as seed 003's ``finetune_from``. Refused before any job: no folder
-or ``config.json``, ``finetune_from`` as well, or Megatron-LM as the trainer (its pinned ``tools/checkpoint``
-has no LLaMA loader from Hugging Face nor a GPT saver to it). The model's tokenizer is compared with the
-data's (train/hf/model_tokenizer) as soon as the data's exists.
+``train.init_from.hf`` names a local Hugging Face folder. The run's start becomes its import, a step-0
+checkpoint as the trainer names it (core/train_layout's ``import/global_step0`` for GPT-NeoX,
+``import/iter_0000000`` for Megatron-LM, in its ``torch_dist`` format), so every fine-tuning step
+(finetune-start, the first pack's ``finetune: true`` or ``--finetune``, retention) treats it as seed 003's
+``finetune_from``. Refused before any job: no folder or ``config.json``, or ``finetune_from`` as well. The
+model's tokenizer is compared with the data's (train/hf/model_tokenizer) as soon as the data's exists.
 
 ``train.export`` names what goes back out: every pack's last checkpoint and named milestones, as folders
 ``export/{pack}`` and ``export/step{N}``.
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from workflow_scripts.tokens.kinds import TokenizerFiles
 
 NEOX_DEFAULTS = {"model_parallel_size": 1, "pipe_parallel_size": 1, "make_vocab_size_divisible_by": 128}
+# Megatron-LM's parse_args defaults of what shapes a torch_dist import (a test checks them against the pin)
+MEGATRON_DEFAULTS = {"tensor_model_parallel_size": 1, "make_vocab_size_divisible_by": 128}
 
 
 class ModelImportError(UserError, ValueError):
@@ -51,14 +53,8 @@ def resolve(section: dict[str, Any], layout: TrainLayout) -> dict[str, Any]:
             f"train.init_from.hf ({hf}) and train.finetune_from ({section['finetune_from']}) both name the "
             "run's start: keep one"
         )
-    if section.get("trainer") == "megatron":
-        raise ModelImportError(
-            f"train.init_from.hf ({hf}): Megatron-LM's tools/checkpoint (the pinned version) has no LLaMA "
-            "loader from Hugging Face and no GPT saver to it; start Megatron-LM from a checkpoint of its own "
-            "(train.finetune_from), or train with trainer: neox"
-        )
     read_config(hf)
-    return {**section, "finetune_from": layout.import_checkpoint}
+    return {**section, "finetune_from": layout.import_checkpoint(section.get("trainer") or "neox")}
 
 
 def model_files(hf_dir: str) -> list[str]:
@@ -68,13 +64,28 @@ def model_files(hf_dir: str) -> list[str]:
     return [os.path.join(hf_dir, n) for n in names if n in wanted or n.endswith(".safetensors")]
 
 
-def import_args(base_path: str) -> str:
-    """``hf-import``'s layout options from the base GPT-NeoX config (GPT-NeoX's defaults where unset):
-    ``--tp``, ``--pipe`` (``pipe_parallel_size`` >= 1: pipeline files) and ``--divisible-by``."""
+def import_args(base_path: str, trainer: str = "neox") -> str:
+    """``hf-import``'s layout options from the base config (the trainer's defaults where unset).
+
+    GPT-NeoX (``model_parallel_size``, ``pipe_parallel_size``, ``make_vocab_size_divisible_by``): ``--tp``,
+    ``--pipe`` (``pipe_parallel_size`` >= 1: pipeline files) and ``--divisible-by``. Megatron-LM
+    (``--tensor-model-parallel-size``, ``--make-vocab-size-divisible-by``): ``--trainer megatron``, ``--tp``
+    and ``--divisible-by``. A ``torch_dist`` checkpoint is resharded on load, so of the layout only the
+    padded vocabulary (divisible-by x TP) shapes it; ``--pipeline-model-parallel-size`` changes nothing."""
+    if trainer == "megatron":
+        from workflow_scripts.train.configs.megatron import read_base
+
+        base = read_base(base_path)
+        tp, divisible = (_given(base, k, MEGATRON_DEFAULTS) for k in MEGATRON_DEFAULTS)
+        return f"--trainer megatron --tp {tp} --divisible-by {divisible}"
     with open(base_path, encoding="utf-8") as f:
         base = {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
-    tp, pp, divisible = (int(base.get(k) if base.get(k) is not None else v) for k, v in NEOX_DEFAULTS.items())
+    tp, pp, divisible = (_given(base, k, NEOX_DEFAULTS) for k in NEOX_DEFAULTS)
     return f"--tp {tp} --divisible-by {divisible}" + (" --pipe" if pp >= 1 else "")
+
+
+def _given(base: dict[str, Any], key: str, defaults: dict[str, int]) -> int:
+    return int(base[key] if base.get(key) is not None else defaults[key])
 
 
 def check_tokenizer(hf_dir: str, data: TokenizerFiles) -> None:
