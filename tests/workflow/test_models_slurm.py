@@ -1,8 +1,8 @@
 """Models in and out through the workflow: a tiny Hugging Face LLaMA made here is imported,
-continued-pretrained over the sample's packs by the segment chain on the local Slurm, and exported;
-``transformers`` loads the export, its validation loss is the reference trainer's at that checkpoint and
-lower than the start's. A model whose tokenizer or shape is not the data's and the base config's stops the
-plan, naming both.
+continued-pretrained over the sample's packs by the segment chain on the local Slurm, and exported, with
+GPT-NeoX's files and with Megatron-LM's (torch_dist); ``transformers`` loads the export, its validation
+loss is the reference trainer's at that checkpoint and lower than the start's. A model whose tokenizer or
+shape is not the data's and the base config's stops the plan, naming both.
 """
 
 from __future__ import annotations
@@ -75,12 +75,13 @@ def test_a_base_config_key_the_model_sets_otherwise_is_an_error_naming_both(data
 
 
 def validation_batches(pack_config: Path):
-    """The reference trainer's validation micro batches for ``pack_config`` (its evaluation's samples)."""
+    """The reference trainer's validation micro batches for ``pack_config`` (its evaluation's samples; a
+    Megatron-LM pack's as train-eval reads it, the whole run without phases)."""
     from workflow_scripts.train.reference import data as ref_data
     from workflow_scripts.train.reference.config import load_config
     from workflow_scripts.train.reference.masks import make_batch
 
-    cfg = load_config([str(pack_config)])
+    cfg = load_config([str(pack_config)], evaluation=pack_config.suffix == ".args")
     specs = ref_data.valid_specs(
         cfg.valid_paths, cfg.valid_weights, cfg.train_iters, cfg.eval_interval, cfg.eval_iters,
         cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl,
@@ -141,6 +142,66 @@ def test_a_hugging_face_llama_is_continued_pretrained_and_exported(slurm_cluster
     assert "Nothing to be done" in dry, tail(output + dry)
     use_model(wf, "hf", export={"vocab": "model", "shard_mb": 1})  # docs/reruns.md: an export setting
     assert planned_jobs(wf.ok("-n", "train", *ARGS)) == {"train_export": 2, "train": 1}
+
+
+MEGATRON = {"trainer": "megatron", "base_config": "config/train/megatron-from-hf.args"}
+
+
+def test_megatron_lm_from_a_hugging_face_llama_is_planned_import_start_segments_exports(data, tmp_path):
+    """train.init_from.hf with trainer: megatron: the plan has the import (iter_0000000, --trainer megatron
+    at the base file's TP and divisor), the fine-tune start linking it, the segments and both packs' exports
+    from their iter_NNNNNNN ends with the packs' arguments."""
+    wf = data.clone(tmp_path / "wf")
+    use_model(wf, "hf", **MEGATRON)
+    wf.ok("--profile", "profiles/local", "--cores", "2", "train_configs", *ARGS)
+    dry = wf.ok("-n", "--printshellcmds", "train", *ARGS)
+    planned = planned_jobs(dry)
+    assert planned["train_import"] == planned["train_finetune_start"] == 1 and planned["train_export"] == 2
+    assert planned["train_segment"] == 5, planned
+    hf_import = "--out results/train/import/iter_0000000 --check results/train/import/import.json"
+    assert f"{hf_import} --trainer megatron --tp 1 --divisible-by 128" in dry
+    assert "--start results/train/import/iter_0000000 --trainer megatron --last-step 20" in dry
+    for pack, end in (("warmup_0", 4), ("main_1", 20)):
+        export = (
+            f"--checkpoint results/train/checkpoints/iter_{end:07d} --config results/train/{pack}/{pack}.args"
+        )
+        assert export in dry, export
+
+
+@pytest.mark.slurm
+def test_a_hugging_face_llama_is_continued_on_megatron_lm_and_exported(slurm_cluster, data, tmp_path):  # noqa: F811
+    """The same with train.trainer: megatron: the import is Megatron-LM's torch_dist iter_0000000, the first
+    pack fine-tunes from it (--finetune: the count restarts at 0), the packs' iter_NNNNNNN ends are exported
+    from their torch_dist files with the packs' arguments. The reference trainer stands in for Megatron-LM."""
+    import transformers
+
+    wf = data.clone(tmp_path / "wf")
+    use_model(wf, "hf", **MEGATRON)
+    output = wf.ok(*SLURM, "train", *ARGS, timeout_s=1500)
+    train = wf.root / "results/train"
+    imported = read_json(train / "import/import.json")
+    assert imported["ok"] and imported["padded_vocab_size"] == 8064, imported  # 8000 to a multiple of 128
+    assert (train / "import/iter_0000000/metadata.json").is_file()  # torch_dist's
+    assert (train / "checkpoints/iter_0000000").resolve() == (train / "import/iter_0000000").resolve()
+    first = (train / "warmup_0/warmup_0.args").read_text().splitlines()
+    for line in ("--finetune", "--ckpt-format torch_dist", "--normalization RMSNorm", "--num-query-groups 2"):
+        assert line in first, line
+    assert "--finetune" not in (train / "main_1/main_1.args").read_text().splitlines()
+    assert "train.init_from.hf" in read_json(train / "warmup_0/keys.json")["set"]["ffn_hidden_size"]["why"]
+    for pack, end in (("warmup_0", 4), ("main_1", 20)):
+        check = read_json(train / f"export/{pack}.json")
+        assert check["ok"] and check["logits"]["max_abs"] < 1e-3, check
+        assert check["checkpoint"].endswith(f"iter_{end:07d}") and not check["tokenizer_differs"], check
+    out = train / "export/main_1"
+    assert transformers.AutoTokenizer.from_pretrained(out, local_files_only=True).eos_token == "<|endoftext|>"
+    rows = [r for r in _rows(train / "evals.csv") if r["valid_loss"]]
+    evals = {int(r["iteration"]): float(r["valid_loss"]) for r in rows}
+    exported = hf_valid_loss(out, train / "main_1/main_1.args")
+    start = hf_valid_loss(wf.root / "hf", train / "main_1/main_1.args")
+    assert exported < start - 0.5, (exported, start)  # it learned from the packs
+    assert abs(exported - evals[20]) < 1e-4, (exported, evals)  # transformers' loss = the reference's
+    dry = wf.ok("-n", "train", *ARGS)
+    assert "Nothing to be done" in dry, tail(output + dry)
 
 
 def planned_jobs(dry_run: str) -> dict[str, int]:
