@@ -101,3 +101,56 @@ def test_a_data_tokenizer_without_gpt_neoxs_end_of_document_is_refused(tmp_path,
     assert "GPT-NeoX takes EOD = token_to_id('<|endoftext|>'), a token this tokenizer lacks" in (
         capsys.readouterr().err
     )
+
+
+def run_megatron_import(hf: Path, data_model: Path, out: Path, *extra: str) -> int:
+    args = ["--trainer", "megatron", "--hf", str(hf), "--tokenizer-model", str(data_model)]
+    return snakepack(
+        ["hf-import", *args, "--out", str(out / "iter_0000000"), "--check", str(out / "import.json"), *extra]
+    )
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_megatron_import_is_a_torch_dist_folder_whose_logits_are_the_models(tmp_path, model, tied):
+    from workflow_scripts.train import megatron_checkpoint
+
+    hf = hf_folder(tmp_path / "hf", model, tie_word_embeddings=tied)
+    assert run_megatron_import(hf, model, tmp_path / "ckpt", "--tp", "2") == 0
+    folder = tmp_path / "ckpt" / "iter_0000000"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "common.pt",
+        "metadata.json",
+    ]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "import.json",
+        "iter_0000000",
+    ]  # no tracker
+    check = read_json(tmp_path / "ckpt" / "import.json")
+    assert check["ok"] and check["logits"]["max_abs"] < 1e-4 and check["trainer"] == "megatron", check
+    assert check["padded_vocab_size"] == 512  # 300 padded to a multiple of 128 x TP 2
+    assert check["tensors"] == 1 + 2 * 6 + 1 + (0 if tied else 1)
+    weights = megatron_checkpoint.load_weights(str(folder))
+    assert weights["embedding.word_embeddings.weight"].shape == (512, 64)
+    assert ("output_layer.weight" in weights) is not tied
+    common = megatron_checkpoint.load_common(str(folder))
+    assert common["iteration"] == 0 and common["args"].no_save_optim and common["args"].num_query_groups == 2
+
+
+def test_a_megatron_import_with_an_unordered_qkv_fails_the_logit_check(tmp_path, model, monkeypatch, capsys):
+    """The reference's [all q; all k; all v] written as Megatron's per-group order's place: another model."""
+    from workflow_scripts.train.hf import megatron_layout
+
+    hf = hf_folder(tmp_path / "hf", model)  # grouped-query attention: 4 heads, 2 groups
+    monkeypatch.setattr(megatron_layout, "_qkv_to_megatron", lambda t, cfg: t.clone())
+    assert run_megatron_import(hf, model, tmp_path / "ckpt") == 2
+    assert "logits differ by" in capsys.readouterr().err
+    assert read_json(tmp_path / "ckpt" / "import.json")["ok"] is False
+
+
+def test_pipeline_files_are_gpt_neoxs_only(tmp_path, model, capsys):
+    hf = hf_folder(tmp_path / "hf", model)
+    with pytest.raises(SystemExit):
+        run_megatron_import(hf, model, tmp_path / "ckpt", "--pipe")
+    assert "--pipe: GPT-NeoX's pipeline files" in capsys.readouterr().err

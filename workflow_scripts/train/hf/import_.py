@@ -1,16 +1,22 @@
-"""``snakepack hf-import``: a local Hugging Face LLaMA folder as a GPT-NeoX checkpoint to start from.
+"""``snakepack hf-import``: a local Hugging Face LLaMA folder as a GPT-NeoX or Megatron-LM checkpoint to
+start from.
 
 Usage::
 
     snakepack hf-import --hf DIR --tokenizer-model MODEL --out CKPT/global_step0 --check import.json \\
         [--tokenizer-merges MERGES] [--tokenizer-type KIND] [--tp 1] [--pipe] [--divisible-by 128]
+    snakepack hf-import --trainer megatron --hf DIR --tokenizer-model MODEL --out CKPT/iter_0000000 \\
+        --check import.json [--tp 1] [--divisible-by 128]
 
 Reads ``config.json`` and the safetensors (one file or an index), tensor by tensor (train/hf/layout), and
 writes GPT-NeoX's layout for tensor parallel size ``--tp``: ``mp_rank_XX_model_states.pt`` holding each
 rank's weights (``pipe_parallel_size: 0``), or with ``--pipe`` one ``layer_II-model_XX-model_states.pt``
-per layer and rank (``pipe_parallel_size`` >= 1). The run starts from it as from any ``finetune_from``
-checkpoint (train/finetune: the link and the tracker). The vocabulary is padded
-as GPT-NeoX pads the data tokenizer's (``make_vocab_size_divisible_by`` x TP).
+per layer and rank (``pipe_parallel_size`` >= 1). With ``--trainer megatron`` it writes Megatron-LM's
+``torch_dist`` folder instead (train/megatron_checkpoint, Megatron names: train/hf/megatron_layout), model
+only, which Megatron-LM loads at any tensor and pipeline parallel size; ``--tp`` then only pads the
+vocabulary. The run starts from it as from any fine-tuning start (train/finetune: the link and the
+tracker). The vocabulary is padded as the trainer pads the data tokenizer's (``make_vocab_size_divisible_by``
+x TP).
 
 Before writing it checks that the model's tokenizer is the data's (train/hf/model_tokenizer); after writing,
 the same tokens go through the Hugging Face model and through the reference model on the written weights,
@@ -29,18 +35,21 @@ import torch
 
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.tokens import kinds
+from workflow_scripts.train import megatron_checkpoint
 from workflow_scripts.train.hf import config as hf_config
-from workflow_scripts.train.hf import layout, model_tokenizer
+from workflow_scripts.train.hf import layout, megatron_layout, model_tokenizer
 from workflow_scripts.train.hf.logit_check import (
     CHECK_TOKENS,
     TOLERANCE,
     check_tokens,
     compare,
     hf_logits,
+    reference_config,
     reference_logits,
     within,
 )
 from workflow_scripts.train.hf.start import ModelImportError, read_config
+from workflow_scripts.train.reference.run_config import ModelConfig
 
 
 def tensor_reader(hf_dir: str) -> Callable[[str], torch.Tensor]:
@@ -108,16 +117,29 @@ def write_checkpoint(get: Callable[[str], torch.Tensor], shape: layout.Shape, ou
     return count
 
 
+def write_megatron(
+    get: Callable[[str], torch.Tensor], shape: layout.Shape, cfg: ModelConfig, out: str
+) -> int:
+    """Write the model as a ``torch_dist`` folder ``out`` (model only); the tensor count."""
+    one = layout.Shape(**{**shape.__dict__, "tp": 1})
+    weights = megatron_layout.to_megatron(dict(layout.to_neox(get, one, 0)), cfg)
+    megatron_checkpoint.save(out, weights, megatron_checkpoint.import_common(cfg))
+    return len(weights)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="snakepack hf-import", description=__doc__.split("\n")[0])
     parser.add_argument("--hf", required=True, help="the Hugging Face model folder")
+    parser.add_argument("--trainer", choices=["neox", "megatron"], default="neox", help="whose checkpoint")
     kinds.add_arguments(parser)
-    parser.add_argument("--out", required=True, help="the checkpoint folder to write (…/global_step0)")
+    parser.add_argument("--out", required=True, help="the checkpoint folder (…/global_step0, …/iter_0000000)")
     parser.add_argument("--check", required=True, help="the logit check's JSON")
     parser.add_argument("--tp", type=int, default=1, help="tensor parallel size (model_parallel_size)")
     parser.add_argument("--pipe", action="store_true", help="pipeline files (pipe_parallel_size >= 1)")
     parser.add_argument("--divisible-by", type=int, default=128, help="make_vocab_size_divisible_by")
     args = parser.parse_args(argv)
+    if args.trainer == "megatron" and args.pipe:
+        parser.error("--pipe: GPT-NeoX's pipeline files; a Megatron-LM checkpoint loads at any pipeline size")
     config = read_config(args.hf)
     data = model_tokenizer.match(args.hf, config, kinds.from_args(args))
     padded = model_tokenizer.padded(data.vocab_size, args.divisible_by * args.tp)
@@ -134,12 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape.check()
     except ValueError as error:
         raise ModelImportError(f"{args.hf}/config.json: {error}") from None
-    count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
+    if args.trainer == "megatron":
+        cfg = reference_config(keys, args.out, padded, int(config["max_position_embeddings"]))
+        count = write_megatron(tensor_reader(args.hf), shape, cfg, args.out)
+    else:
+        count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
     tokens = check_tokens(data.vocab_size, min(CHECK_TOKENS, int(config["max_position_embeddings"])))
     expected = hf_logits(args.hf, tokens)  # one model in memory at a time
-    result = compare(reference_logits(args.out, keys, shape, tokens), expected)
+    result = compare(reference_logits(args.out, keys, shape, tokens, args.trainer), expected)
     ok = within(result)
-    record = {"hf": args.hf, "out": args.out, "tensors": count, "tp": args.tp, "pipe": args.pipe}
+    record = {"hf": args.hf, "out": args.out, "trainer": args.trainer, "tensors": count, "tp": args.tp}
+    record |= {"pipe": args.pipe}
     record |= {"padded_vocab_size": padded, "tokens": list(tokens.shape), "logits": result}
     write_json(args.check, record | {"tolerance": TOLERANCE, "ok": ok})
     print(f"hf-import: {args.hf} -> {args.out}: {count} tensors, logits max abs {result['max_abs']:.2e}")

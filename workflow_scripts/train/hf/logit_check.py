@@ -1,6 +1,7 @@
 """The check every model conversion records: the same tokens through the source and through the result.
 
-``reference_logits`` runs the reference model (train/reference/model) on a GPT-NeoX checkpoint folder,
+``reference_logits`` runs the reference model (train/reference/model) on a GPT-NeoX checkpoint folder or a
+Megatron-LM ``torch_dist`` folder,
 ``hf_logits`` runs ``transformers`` on a Hugging Face folder, and ``compare`` gives the largest absolute
 difference and that relative to the largest logit. One model is in memory at a time; the checkpoint's
 files are memory-mapped.
@@ -8,11 +9,14 @@ files are memory-mapped.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workflow_scripts.train.hf import layout
+
+if TYPE_CHECKING:
+    from workflow_scripts.train.reference.run_config import ModelConfig
 
 TOLERANCE = {"max_abs": 1e-3, "max_rel": 1e-3}  # fp32 logits of the same weights
 CHECK_TOKENS = 64
@@ -35,16 +39,35 @@ def neox_state(ckpt: str, shape: layout.Shape) -> dict[str, torch.Tensor]:
     return dict(layout.to_neox(merged.__getitem__, one, 0))
 
 
-def reference_logits(ckpt: str, keys: dict[str, Any], shape: layout.Shape, tokens: torch.Tensor):
-    """The reference model's logits (cut to the tokenizer's vocabulary) on the weights in ``ckpt``;
-    ``keys``: the model's GPT-NeoX keys."""
+def megatron_state(folder: str, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """A ``torch_dist`` folder's weights under the reference model's names."""
+    from workflow_scripts.train.hf.megatron_layout import from_megatron
+    from workflow_scripts.train.megatron_checkpoint import load_weights
+
+    return from_megatron(load_weights(folder), cfg)
+
+
+def reference_config(keys: dict[str, Any], path: str, padded_vocab_size: int, seq: int) -> ModelConfig:
+    """The reference model's config (no dropout) from the model's GPT-NeoX keys."""
     from workflow_scripts.train.reference.config import model_config
-    from workflow_scripts.train.reference.model import GPT
 
     keys = keys | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
-    max_pos = int(keys.get("max_position_embeddings") or tokens.shape[1])
-    gpt = GPT(model_config(keys, ckpt, shape.padded_vocab_size, tokens.shape[1], max_pos))
-    gpt.load_state_dict(neox_state(ckpt, shape), strict=True)
+    max_pos = int(keys.get("max_position_embeddings") or seq)
+    return model_config(keys, path, padded_vocab_size, seq, max_pos)
+
+
+def reference_logits(
+    ckpt: str, keys: dict[str, Any], shape: layout.Shape, tokens: torch.Tensor, trainer: str = "neox"
+) -> torch.Tensor:
+    """The reference model's logits (cut to the tokenizer's vocabulary) on the weights in ``ckpt``, a
+    GPT-NeoX checkpoint or (``trainer`` megatron) a Megatron-LM ``torch_dist`` folder; ``keys``: the model's
+    GPT-NeoX keys."""
+    from workflow_scripts.train.reference.model import GPT
+
+    cfg = reference_config(keys, ckpt, shape.padded_vocab_size, tokens.shape[1])
+    gpt = GPT(cfg)
+    state = megatron_state(ckpt, cfg) if trainer == "megatron" else neox_state(ckpt, shape)
+    gpt.load_state_dict(state, strict=True)
     with torch.no_grad():
         return gpt.eval()(tokens)[..., : shape.vocab_size]
 
