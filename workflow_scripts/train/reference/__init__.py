@@ -1,12 +1,13 @@
 """A small, real reference trainer (torch + DeepSpeed) for the per-pack GPT-NeoX and Megatron-LM configs.
 
 ``snakepack train-reference --config results/train/{pack}/{pack}.yml`` trains a decoder-only GPT of the
-config's size on the config's merged pack exactly as a GPT-NeoX job reads it (GPT-NeoX's packed sample
-index, cached beside the pack under GPT-NeoX's file names; the LUMI fork's ``k_bin_packed`` for SFT), with
-the config's batch, ``train_iters``, ``iteration_offset``, LR schedule, checkpoint cadence and exits, and
-DeepSpeed checkpoints in the config's trainer's layout (``global_stepN`` + ``latest``, or Megatron-LM's
-``iter_NNNNNNN`` + ``latest_checkpointed_iteration.txt``). It is as strict as the trainers: duplicate and
-unknown keys are refused. It refuses a ``train_iters`` that would read a pretraining pack twice. Modules:
+config's size on the config's merged pack exactly as a GPT-NeoX job reads it (GPT-NeoX's packed sample index,
+cached beside the pack under GPT-NeoX's file names; the LUMI fork's ``k_bin_packed`` for SFT), with the
+config's batch, ``train_iters``, ``iteration_offset``, LR schedule, checkpoint cadence and exits, and the
+checkpoints of the config's trainer (GPT-NeoX's DeepSpeed ``global_stepN`` + ``latest``, or Megatron-LM's
+``torch_dist`` ``iter_NNNNNNN`` + ``latest_checkpointed_iteration.txt``). It is as strict as the trainers:
+duplicate and unknown keys are refused. It refuses a ``train_iters`` that would read a pretraining pack twice.
+Modules:
 
 - ``config``: ``load_config``: either trainer's config read (by the next two) and checked alike, the keys
   implemented and the ones not,
@@ -19,7 +20,8 @@ unknown keys are refused. It refuses a ``train_iters`` that would read a pretrai
 - ``model``: the GPT in plain torch,
 - ``lr``: GPT-NeoX's ``AnnealingLR`` schedule,
 - ``engine``: DeepSpeed import, distributed start-up and the DeepSpeed config,
-- ``checkpoints``: save, load, ``latest``, data position and RNG state,
+- ``checkpoints``: save, load (GPT-NeoX's DeepSpeed files, Megatron-LM's ``torch_dist``), ``latest``, data
+  position and RNG state,
 - ``metrics``: loss curve (CSV, PNG), evaluation JSON lines, the segment summary,
 - ``train``: the command (training, resume, signals, ``--eval-only``).
 

@@ -369,7 +369,8 @@ def load_config(
     max_pos = _int(raw, "max_position_embeddings", seq, minimum=1)
     if max_pos < seq:
         raise ConfigError(f"max_position_embeddings {max_pos} < seq_length {seq}")
-    vocab_size = padded_vocab(vocab, _int(raw, "make_vocab_size_divisible_by", 128, minimum=1))
+    divisible_by = _int(raw, "make_vocab_size_divisible_by", 128, minimum=1)
+    vocab_size = padded_vocab(vocab, divisible_by)
     model = model_config(raw, path, vocab_size, seq, max_pos, megatron.get("ffn_hidden_size"))
     factor = _int(raw, "checkpoint_factor", minimum=1)
     exit_interval = _int(raw, "exit_interval", minimum=1)
@@ -426,4 +427,5 @@ def load_config(
             MegatronSchedule.of(scheduler_state(megatron["scheduler"], batch), batch) if megatron else None
         ),
         scheduler_from=megatron.get("scheduler_from"),
+        vocab_divisible_by=divisible_by,
     )

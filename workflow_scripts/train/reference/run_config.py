@@ -131,6 +131,7 @@ class RunConfig:
     # must match, unless scheduler_from says whose win (override: these, checkpoint: the checkpoint's)
     megatron_schedule: MegatronSchedule | None = None
     scheduler_from: str | None = None
+    vocab_divisible_by: int = 128  # make_vocab_size_divisible_by (Megatron-LM's checkpoint args name it)
 
     @property
     def end(self) -> int:

@@ -9,17 +9,17 @@ Usage::
 
 The pack's samples are GPT-NeoX's (``data``): local iteration ``i`` reads samples ``[i x B, (i + 1) x B)`` of
 the shuffled index, each rank its slice of each micro batch. Iterations are global (``iteration_offset`` +
-local). A run resumes from ``latest`` in ``load`` with local iteration = its step - ``iteration_offset``
-(the LUMI fork's rule; it must be >= 0) and restores the data position, optimizer and RNG, so its losses
-are an uninterrupted run's; ``finetune: true`` loads the weights only (fresh optimizer, local iteration 0)
-and is refused once ``latest`` is the run's own checkpoint (seed 003). It saves ``global_stepN`` every
-``checkpoint_factor`` global iterations, at ``extra_save_iters``, when it exits at ``exit_interval``
-(counted in local iterations, as the fork's loop) and at the pack's end; on SIGTERM or SIGUSR1 it finishes
-the iteration, saves and exits 0. A pack whose ``latest`` is already at its end trains nothing, checks the
-checkpoint and exits 0. Keys the trainer does not implement are listed once at start. Outputs beside the
-checkpoints are described in ``metrics``; the last line printed is the segment's summary (tokens/s, peak
-memory, why it stopped). ``SNAKEPACK_REFERENCE_PAUSE_AT=N`` makes it stop itself after global iteration N
-(tests preempt a segment there).
+local). A run resumes from ``latest`` in ``load`` with local iteration = its step - ``iteration_offset`` (the
+LUMI fork's rule; it must be >= 0) and restores the data position, optimizer and RNG, so its losses are an
+uninterrupted run's; ``finetune: true`` loads the weights only (fresh optimizer, local iteration 0) and is
+refused once ``latest`` is the run's own checkpoint (seed 003). It saves ``global_stepN`` (Megatron-LM:
+``iter_NNNNNNN``, ``torch_dist``; ``checkpoints``) every ``checkpoint_factor`` global iterations, at
+``extra_save_iters``, when it exits at ``exit_interval`` (counted in local iterations, as the fork's loop) and
+at the pack's end; on SIGTERM or SIGUSR1 it finishes the iteration, saves and exits 0. A pack whose ``latest``
+is already at its end trains nothing, checks the checkpoint and exits 0. Keys the trainer does not implement
+are listed once at start. Outputs beside the checkpoints are described in ``metrics``; the last line printed
+is the segment's summary (tokens/s, peak memory, why it stopped). ``SNAKEPACK_REFERENCE_PAUSE_AT=N`` makes it
+stop itself after global iteration N (tests preempt a segment there).
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
                 "`finetune_flag`), or the optimizer is reset again"
                 + ("" if cfg.trainer == "neox" else " and Megatron-LM's iteration restarts at 0")
             )
-        checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=True)
+        checkpoints.load(cfg, trainer.engine, cfg.load, step, weights_only=True)
         say(trainer.dist, f"  finetune: weights of {layout.tag(step)}, fresh optimizer, local iteration 0")
         return 0, schedule
     local = step - cfg.offset
@@ -316,7 +316,9 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
             f"latest in {cfg.load} is {layout.tag(step)}, past this pack's end {cfg.end} "
             f"(iteration_offset {cfg.offset} + train_iters {cfg.train_iters}): a later pack's checkpoint?"
         )
-    state = checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=False)
+    state = checkpoints.load(cfg, trainer.engine, cfg.load, step, weights_only=False)
+    if state is None and cfg.trainer == "megatron":
+        say(trainer.dist, f"  {layout.tag(step)} has no {checkpoints.SIDE}/: its weights, a fresh optimizer")
     if state is not None:
         if state["iteration"] != step:
             raise checkpoints.CheckpointError(f"{layout.tag(step)} says it is iteration {state['iteration']}")
@@ -417,9 +419,7 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
         stopping = dist_engine.any_rank(stop.signum is not None, dist.device)
         exiting = exit_due(cfg, local)
         if cfg.save and (save_due(cfg, local) or exiting or stopping):
-            path = checkpoints.save(
-                layout, trainer.engine, cfg.save, step, trainer_state(cfg, local, schedule), dist.main
-            )
+            path = checkpoints.save(cfg, trainer.engine, step, trainer_state(cfg, local, schedule), dist.main)
             say(dist, f"  saved {path}")
             if cfg.keep_last and dist.main:
                 for old in checkpoints.delete_oldest(layout, cfg.save, cfg.keep_last):
@@ -506,7 +506,7 @@ def run_eval_only(trainer: Trainer, tag: str | None, out: str | None) -> int:
         raise checkpoints.CheckpointError(f"--eval-only: no latest checkpoint in `load` ({cfg.load})")
     if trainer.valid is None:
         raise checkpoints.CheckpointError("--eval-only: the config has no valid_data_paths (or eval_iters 0)")
-    checkpoints.load(layout, trainer.engine, cfg.load, step, weights_only=True)
+    checkpoints.load(cfg, trainer.engine, cfg.load, step, weights_only=True)
     record = {"iteration": step, **trainer.evaluate()}
     trainer.metrics.evaluation(record, standalone=True)
     if out and trainer.dist.main:
