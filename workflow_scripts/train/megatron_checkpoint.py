@@ -27,7 +27,8 @@ What a folder holds, as the pinned Megatron-LM's ``save_checkpoint`` writes it:
   homogeneous layers the offset ``(0, layer, num_layers)``), and for each layer's linear modules an
   ``_extra_state`` object (``decoder.layers.<linear>._extra_state/shard_{layer}_{num_layers}``, holding
   ``[None]``): Megatron asks for them on load, and its default strictness (``assume_ok_unexpected``)
-  leaves a missing one to fail DCP's read;
+  leaves a missing one to fail DCP's read ("Missing key in checkpoint state_dict:
+  decoder.layers.mlp.linear_fc1._extra_state/shard_0_2");
 - the common (non-tensor) state: ``common.pt`` here, which both the pinned megatron-core (first, when the
   file is there) and 0.16 read; the pinned one saves it in DCP as ``common_state/shard_0_1`` instead,
   which ``load_common`` reads too.
