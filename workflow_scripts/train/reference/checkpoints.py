@@ -57,9 +57,7 @@ from workflow_scripts.train.reference.run_config import RunConfig
 CLIENT_KEY = "reference_trainer"
 NEOX_ITERATION = "iteration"  # GPT-NeoX's key of the global step (checkpointing.py, save_ds_checkpoint)
 SIDE = CLIENT_KEY  # a Megatron-LM checkpoint's folder of DeepSpeed's engine checkpoint (the optimizer)
-TORCH_DIST = (
-    "metadata.json"  # what marks a torch_dist folder (dist_checkpointing's check_is_distributed_checkpoint)
-)
+TORCH_DIST = "metadata.json"  # marks a torch_dist folder (check_is_distributed_checkpoint)
 
 
 class CheckpointError(UserError, ValueError):
@@ -152,9 +150,9 @@ def _save_megatron(
     from workflow_scripts.train import megatron_checkpoint
     from workflow_scripts.train.hf import megatron_layout
 
+    if os.path.islink(folder):
+        raise CheckpointError(f"{folder} is a link (a fine-tune's start): the run does not save over it")
     if main:
-        if os.path.islink(folder):
-            raise CheckpointError(f"{folder} is a link (a fine-tune's start): the run does not save over it")
         weights = megatron_layout.to_megatron(engine.module.state_dict(), cfg.model)
         megatron_checkpoint.save(folder, weights, megatron_common(cfg, step, state))
     dist_engine.barrier()
