@@ -117,3 +117,28 @@ def test_a_byte_level_data_tokenizer_goes_out_as_the_same_tokenizer(tmp_path, bp
     assert tokenizer.eos_token_id == tok.token_id("<|endoftext|>") == read_config(str(out))["eos_token_id"]
     text = "Größe  alpha,\t\u041c\u043e\u0441\u043a\u0432\u0430 東京 <|endoftext|> 123"
     assert tokenizer.encode(text, add_special_tokens=False) == tok.plain(text)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_megatron_torch_dist_folder_exports_to_the_models_tensors(tmp_path, model, tied):
+    """hf-import --trainer megatron at TP 2 (the vocabulary padded to 512), then hf-export of the iter_0000000
+    folder: the Hugging Face tensors come back exactly."""
+    import transformers
+    from safetensors.torch import load_file
+
+    hf = hf_folder(tmp_path / "hf", model, tie_word_embeddings=tied)
+    ckpt = tmp_path / "ckpt" / "iter_0000000"
+    args = ["--trainer", "megatron", "--hf", str(hf), "--tokenizer-model", str(model), "--tp", "2"]
+    assert snakepack(["hf-import", *args, "--out", str(ckpt), "--check", str(tmp_path / "import.json")]) == 0
+    keys = hf_config.neox_model_keys(read_config(str(hf)))
+    pack = tmp_path / "pack.yml"
+    pack.write_text(yaml.safe_dump(keys | {"seq_length": 32, "model_parallel_size": 2}), encoding="utf-8")
+    out = tmp_path / "export"
+    assert run_export(ckpt, pack, model, out, "--vocab", "model") == 0
+    check = read_json(f"{out}.json")
+    assert check["ok"] and check["trainer"] == "megatron" and check["logits"]["max_abs"] < 1e-4, check
+    index = read_json(out / "model.safetensors.index.json")
+    back = {k: v for f in set(index["weight_map"].values()) for k, v in load_file(out / f).items()}
+    source = load_file(hf / "model.safetensors")
+    assert sorted(back) == sorted(source) and all(torch.equal(back[k], source[k]) for k in source)
+    assert transformers.AutoModelForCausalLM.from_pretrained(out).config.tie_word_embeddings is tied

@@ -1,18 +1,25 @@
-"""``snakepack hf-export``: a GPT-NeoX checkpoint of a LLaMA-shaped model as a Hugging Face folder.
+"""``snakepack hf-export``: a GPT-NeoX or Megatron-LM checkpoint of a LLaMA-shaped model as a Hugging Face
+folder.
 
 Usage::
 
     snakepack hf-export --checkpoint CKPT/global_stepN --config PACK.yml --tokenizer-model MODEL \\
         [--tokenizer-merges MERGES] [--tokenizer-type KIND] --out DIR --check DIR.json [--hf-source DIR] \\
         [--shard-mb 5000] [--vocab padded|model]
+    snakepack hf-export --checkpoint CKPT/iter_NNNNNNN --config PACK.args ...
 
-Merges the tensor-parallel ranks (sequential or pipeline files) tensor by tensor (train/hf/layout) into
+A Megatron-LM ``torch_dist`` folder (``metadata.json``: train/megatron_checkpoint) is read whole (it is not
+split by tensor parallelism; train/hf/megatron_layout gives the reference model's names), its model keys
+from the pack's Megatron-LM arguments file (``.args``, read as the reference trainer reads it:
+train/reference/megatron_config). A GPT-NeoX checkpoint's
+tensor-parallel ranks (sequential or pipeline files) are merged tensor by tensor (train/hf/layout) into
 ``model-0000k-of-0000K.safetensors`` shards of at most ``--shard-mb`` with ``model.safetensors.index.json``,
 and writes ``config.json`` (``LlamaForCausalLM``, from the pack config's model keys),
 ``generation_config.json`` and the tokenizer: the source model's tokenizer files (``--hf-source``:
 ``train.init_from.hf``), or the data's tokenizer as ``transformers`` saves it (a SentencePiece model
-converted; a ``tokenizer.json``, or GPT-2's pair as the trainers read it, as ``PreTrainedTokenizerFast``). The
-checkpoint is memory-mapped, so the export holds about one shard in memory besides.
+converted; a ``tokenizer.json``, or GPT-2's pair as the trainers read it, as ``PreTrainedTokenizerFast``). A
+GPT-NeoX checkpoint is memory-mapped, so the export holds about one shard in memory besides; a ``torch_dist``
+folder is read into memory whole.
 
 The vocabulary keeps GPT-NeoX's padded size (``--vocab padded``, as GPT-NeoX's own ``convert_neox_to_hf.py``
 does): the padded rows are trained too (the softmax pushes them down), so only then is ``transformers``'
@@ -172,6 +179,26 @@ def tokenizer_differences(hf_dir: str, tok: Tokenizer, texts: Sequence[str]) -> 
     return [t for t in texts if tokenizer.encode(t, add_special_tokens=False) != tok.plain(t)]
 
 
+def pack_keys(pack_config: str) -> dict[str, Any]:
+    """The model's GPT-NeoX keys of a pack config: a GPT-NeoX YAML, or a Megatron-LM ``.args`` file."""
+    if pack_config.endswith(".args"):
+        from workflow_scripts.train.reference.megatron_config import read_megatron
+
+        return read_megatron(pack_config, evaluation=True)[0]
+    with open(pack_config, encoding="utf-8") as f:
+        return {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
+
+
+def reference_weights(checkpoint: str, cfg: Any) -> dict[str, torch.Tensor] | None:
+    """A Megatron-LM ``torch_dist`` folder's weights under the reference model's names (one rank); None
+    for a GPT-NeoX checkpoint."""
+    if not os.path.isfile(os.path.join(checkpoint, "metadata.json")):
+        return None
+    from workflow_scripts.train.hf.logit_check import megatron_state
+
+    return megatron_state(checkpoint, cfg)
+
+
 def export(
     checkpoint: str,
     pack_config: str,
@@ -185,8 +212,7 @@ def export(
     """Write the Hugging Face folder ``out`` and its check ``check``; the check's record."""
     from workflow_scripts.train.reference.config import model_config
 
-    with open(pack_config, encoding="utf-8") as f:
-        keys = {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
+    keys = pack_keys(pack_config)
     tok = data.load()
     size, eod = tok.vocab_size, model_tokenizer.neox_eod(tok)
     tp = int(keys.get("model_parallel_size") or 1)
@@ -208,26 +234,30 @@ def export(
     os.makedirs(staging)
     from workflow_scripts.train.reference.checkpoints import neox_weights
 
-    ranks: dict[int, dict[str, torch.Tensor]] = {}
+    megatron = reference_weights(checkpoint, cfg)
+    trainer = "neox" if megatron is None else "megatron"
+    ranks: dict[int, dict[str, torch.Tensor]] = {} if megatron is None else {0: megatron}
 
     def get(rank: int, name: str) -> torch.Tensor:
         if rank not in ranks:
             ranks[rank] = neox_weights(checkpoint, rank)  # memory-mapped
         return ranks[rank][name]
 
-    index = write_weights(layout.to_hf(get, shape), staging, int(shard_mb * 1e6))
+    one = shape if megatron is None else layout.Shape(**{**shape.__dict__, "tp": 1})
+    index = write_weights(layout.to_hf(get, one), staging, int(shard_mb * 1e6))
     ranks.clear()
     write_json(os.path.join(staging, "config.json"), config)
     generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": eod}
     write_json(os.path.join(staging, "generation_config.json"), generation)
     tokenizer_from = write_tokenizer(staging, tok, hf_source, eod)
     tokens = check_tokens(size, min(CHECK_TOKENS, max_pos))
-    expected = reference_logits(checkpoint, keys, shape, tokens)
+    expected = reference_logits(checkpoint, keys, shape, tokens, trainer)
     result = compare(hf_logits(staging, tokens), expected)
     texts = [*SAMPLE_TEXTS, tok.decode(tokens[0].tolist())]
     differ = tokenizer_differences(staging, tok, texts)
     ok = within(result) and not differ
-    record = {"checkpoint": checkpoint, "config": pack_config, "out": out, "tp": tp, "vocab_size": vocab}
+    record = {"checkpoint": checkpoint, "config": pack_config, "out": out, "trainer": trainer, "tp": tp}
+    record |= {"vocab_size": vocab}
     record |= {"tensors": len(index["weight_map"]), "bytes": index["metadata"]["total_size"]}
     record |= {"shards": len(set(index["weight_map"].values())), "tokenizer_from": tokenizer_from}
     record |= {"tokens": list(tokens.shape), "logits": result, "tolerance": TOLERANCE}
@@ -245,8 +275,10 @@ def export(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="snakepack hf-export", description=__doc__.split("\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="the GPT-NeoX checkpoint folder (global_stepN)")
-    parser.add_argument("--config", required=True, help="the pack's GPT-NeoX config (its model keys)")
+    parser.add_argument(
+        "--checkpoint", required=True, help="the checkpoint folder (global_stepN, iter_NNNNNNN)"
+    )
+    parser.add_argument("--config", required=True, help="the pack's config (.yml, or Megatron-LM's .args)")
     kinds.add_arguments(parser)
     parser.add_argument("--out", required=True, help="the Hugging Face folder to write")
     parser.add_argument("--check", required=True, help="the check's JSON")
