@@ -11,6 +11,7 @@ models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``;
   ``rule_inputs`` (what a segment or an export waits for),
 - ``segment``: one segment as a Slurm job and its record; ``launch_env``: the job's nodes and tasks, asked of
   Slurm, for a launch the executor left without them; ``checkpoint_dirs``: the run's checkpoint folder;
+  ``megatron_checkpoint``: Megatron-LM's ``torch_dist`` folders, written and read without Megatron;
   ``finetune``: a start from a checkpoint; ``progress_lines``: the trainers' printed losses,
 - ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
   pack's end, the loss curve,
