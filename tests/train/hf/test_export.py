@@ -142,3 +142,36 @@ def test_a_megatron_torch_dist_folder_exports_to_the_models_tensors(tmp_path, mo
     source = load_file(hf / "model.safetensors")
     assert sorted(back) == sorted(source) and all(torch.equal(back[k], source[k]) for k in source)
     assert transformers.AutoModelForCausalLM.from_pretrained(out).config.tie_word_embeddings is tied
+
+
+def test_a_megatron_folder_exports_with_its_packs_megatron_arguments(tmp_path, model):
+    """The pack's .args (Megatron-LM's LLaMA flags, as the reference trainer reads them) give the model."""
+    from safetensors.torch import load_file
+
+    hf = hf_folder(tmp_path / "hf", model)
+    ckpt = tmp_path / "ckpt" / "iter_0000000"
+    args = ["--trainer", "megatron", "--hf", str(hf), "--tokenizer-model", str(model), "--tp", "2"]
+    assert snakepack(["hf-import", *args, "--out", str(ckpt), "--check", str(tmp_path / "import.json")]) == 0
+    pack = tmp_path / "pack.args"
+    pack.write_text(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32\n"
+        "--max-position-embeddings 64 --normalization RMSNorm --norm-epsilon 1e-6 --swiglu\n"
+        "--ffn-hidden-size 96 --position-embedding-type rope --rotary-base 10000\n"
+        "--group-query-attention --num-query-groups 2 --disable-bias-linear\n"
+        "--untie-embeddings-and-output-weights --tensor-model-parallel-size 2\n"
+        "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 1 --train-iters 10\n"
+        "--lr 1e-4 --ckpt-format torch_dist\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "export"
+    assert run_export(ckpt, pack, model, out, "--vocab", "model") == 0
+    check = read_json(f"{out}.json")
+    assert check["ok"] and check["logits"]["max_abs"] < 1e-4, check
+    config = read_json(out / "config.json")
+    assert (config["intermediate_size"], config["num_key_value_heads"], config["rms_norm_eps"]) == (
+        96,
+        2,
+        1e-6,
+    )
+    back = load_file(out / read_json(out / "model.safetensors.index.json")["weight_map"]["lm_head.weight"])
+    assert torch.equal(back["lm_head.weight"], load_file(hf / "model.safetensors")["lm_head.weight"])

@@ -179,14 +179,16 @@ def tokenizer_differences(hf_dir: str, tok: Tokenizer, texts: Sequence[str]) -> 
     return [t for t in texts if tokenizer.encode(t, add_special_tokens=False) != tok.plain(t)]
 
 
-def pack_keys(pack_config: str) -> dict[str, Any]:
-    """The model's GPT-NeoX keys of a pack config: a GPT-NeoX YAML, or a Megatron-LM ``.args`` file."""
+def pack_keys(pack_config: str) -> tuple[dict[str, Any], int | None]:
+    """The model's GPT-NeoX keys of a pack config, a GPT-NeoX YAML or a Megatron-LM ``.args`` file, and
+    Megatron-LM's ``--ffn-hidden-size`` (None for GPT-NeoX)."""
     if pack_config.endswith(".args"):
         from workflow_scripts.train.reference.megatron_config import read_megatron
 
-        return read_megatron(pack_config, evaluation=True)[0]
+        raw, megatron = read_megatron(pack_config, evaluation=True)
+        return raw, megatron.get("ffn_hidden_size")
     with open(pack_config, encoding="utf-8") as f:
-        return {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}
+        return {k.replace("-", "_"): v for k, v in (yaml.safe_load(f) or {}).items()}, None
 
 
 def reference_weights(checkpoint: str, cfg: Any) -> dict[str, torch.Tensor] | None:
@@ -212,7 +214,7 @@ def export(
     """Write the Hugging Face folder ``out`` and its check ``check``; the check's record."""
     from workflow_scripts.train.reference.config import model_config
 
-    keys = pack_keys(pack_config)
+    keys, ffn_hidden_size = pack_keys(pack_config)
     tok = data.load()
     size, eod = tok.vocab_size, model_tokenizer.neox_eod(tok)
     tp = int(keys.get("model_parallel_size") or 1)
@@ -221,7 +223,7 @@ def export(
     vocab = int(read_config(hf_source)["vocab_size"]) if hf_source else size
     vocab = padded if vocab_mode == "padded" else vocab
     max_pos = int(keys.get("max_position_embeddings") or keys["seq_length"])
-    cfg = model_config(keys, pack_config, padded, int(keys["seq_length"]), max_pos)
+    cfg = model_config(keys, pack_config, padded, int(keys["seq_length"]), max_pos, ffn_hidden_size)
     try:
         config = llama_config(cfg, vocab, tok.bos, eod)
     except ModelImportError as error:
@@ -251,7 +253,7 @@ def export(
     write_json(os.path.join(staging, "generation_config.json"), generation)
     tokenizer_from = write_tokenizer(staging, tok, hf_source, eod)
     tokens = check_tokens(size, min(CHECK_TOKENS, max_pos))
-    expected = reference_logits(checkpoint, keys, shape, tokens, trainer)
+    expected = reference_logits(checkpoint, cfg, shape, tokens, trainer)
     result = compare(hf_logits(staging, tokens), expected)
     texts = [*SAMPLE_TEXTS, tok.decode(tokens[0].tolist())]
     differ = tokenizer_differences(staging, tok, texts)

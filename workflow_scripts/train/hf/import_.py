@@ -44,11 +44,11 @@ from workflow_scripts.train.hf.logit_check import (
     check_tokens,
     compare,
     hf_logits,
-    reference_config,
     reference_logits,
     within,
 )
 from workflow_scripts.train.hf.start import ModelImportError, read_config
+from workflow_scripts.train.reference.config import model_config
 from workflow_scripts.train.reference.run_config import ModelConfig
 
 
@@ -156,14 +156,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape.check()
     except ValueError as error:
         raise ModelImportError(f"{args.hf}/config.json: {error}") from None
+    max_pos = int(config["max_position_embeddings"])
+    cfg = model_config(keys, args.hf, padded, max_pos, max_pos)
     if args.trainer == "megatron":
-        cfg = reference_config(keys, args.out, padded, int(config["max_position_embeddings"]))
         count = write_megatron(tensor_reader(args.hf), shape, cfg, args.out)
     else:
         count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
     tokens = check_tokens(data.vocab_size, min(CHECK_TOKENS, int(config["max_position_embeddings"])))
     expected = hf_logits(args.hf, tokens)  # one model in memory at a time
-    result = compare(reference_logits(args.out, keys, shape, tokens, args.trainer), expected)
+    result = compare(reference_logits(args.out, cfg, shape, tokens, args.trainer), expected)
     ok = within(result)
     record = {"hf": args.hf, "out": args.out, "trainer": args.trainer, "tensors": count, "tp": args.tp}
     record |= {"pipe": args.pipe}

@@ -9,7 +9,7 @@ files are memory-mapped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -47,24 +47,13 @@ def megatron_state(folder: str, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     return from_megatron(load_weights(folder), cfg)
 
 
-def reference_config(keys: dict[str, Any], path: str, padded_vocab_size: int, seq: int) -> ModelConfig:
-    """The reference model's config (no dropout) from the model's GPT-NeoX keys."""
-    from workflow_scripts.train.reference.config import model_config
-
-    keys = keys | {"attention_dropout": 0.0, "hidden_dropout": 0.0}
-    max_pos = int(keys.get("max_position_embeddings") or seq)
-    return model_config(keys, path, padded_vocab_size, seq, max_pos)
-
-
 def reference_logits(
-    ckpt: str, keys: dict[str, Any], shape: layout.Shape, tokens: torch.Tensor, trainer: str = "neox"
+    ckpt: str, cfg: ModelConfig, shape: layout.Shape, tokens: torch.Tensor, trainer: str = "neox"
 ) -> torch.Tensor:
-    """The reference model's logits (cut to the tokenizer's vocabulary) on the weights in ``ckpt``, a
-    GPT-NeoX checkpoint or (``trainer`` megatron) a Megatron-LM ``torch_dist`` folder; ``keys``: the model's
-    GPT-NeoX keys."""
+    """The reference model ``cfg``'s logits (cut to the tokenizer's vocabulary, in eval mode) on the weights
+    in ``ckpt``: a GPT-NeoX checkpoint or (``trainer`` megatron) a Megatron-LM ``torch_dist`` folder."""
     from workflow_scripts.train.reference.model import GPT
 
-    cfg = reference_config(keys, ckpt, shape.padded_vocab_size, tokens.shape[1])
     gpt = GPT(cfg)
     state = megatron_state(ckpt, cfg) if trainer == "megatron" else neox_state(ckpt, shape)
     gpt.load_state_dict(state, strict=True)
