@@ -28,7 +28,9 @@ What a folder holds, as the pinned Megatron-LM's ``save_checkpoint`` writes it:
   ``_extra_state`` object (``decoder.layers.<linear>._extra_state/shard_{layer}_{num_layers}``, holding
   ``[None]``): Megatron asks for them on load, and its default strictness (``assume_ok_unexpected``)
   leaves a missing one to fail DCP's read ("Missing key in checkpoint state_dict:
-  decoder.layers.mlp.linear_fc1._extra_state/shard_0_2");
+  decoder.layers.mlp.linear_fc1._extra_state/shard_0_2"). The local spec's linears ignore what they get;
+  TransformerEngine's ``set_extra_state`` returns on None (its pytorch/module/base.py, read: TE does not
+  run on a CPU);
 - the common (non-tensor) state: ``common.pt`` here, which both the pinned megatron-core (first, when the
   file is there) and 0.16 read; the pinned one saves it in DCP as ``common_state/shard_0_1`` instead,
   which ``load_common`` reads too.
@@ -211,7 +213,9 @@ def load_common(folder: str) -> dict[str, Any]:
 def import_common(cfg: ModelConfig, **args: Any) -> dict[str, Any]:
     """The common state of a model-only folder (an import, a fine-tune's start): iteration 0, Megatron's
     checkpoint version, and ``args`` with the model's shape as ``check_checkpoint_args`` compares it,
-    saved at TP 1 / PP 1 without optimizer or RNG state; ``args``: more (or other) Megatron arguments."""
+    saved at TP 1 / PP 1 without optimizer or RNG state; ``args``: more (or other) Megatron arguments
+    (without ``--finetune`` a run with ``--vocab-file`` also compares ``make_vocab_size_divisible_by`` and
+    ``tokenizer_type``, and fails on a folder without them)."""
     shape = {
         "num_layers": cfg.num_layers,
         "hidden_size": cfg.hidden_size,

@@ -136,6 +136,7 @@ def test_a_megatron_import_is_a_torch_dist_folder_whose_logits_are_the_models(tm
     assert ("output_layer.weight" in weights) is not tied
     common = megatron_checkpoint.load_common(str(folder))
     assert common["iteration"] == 0 and common["args"].no_save_optim and common["args"].num_query_groups == 2
+    assert common["args"].make_vocab_size_divisible_by == 128
 
 
 def test_a_megatron_import_with_an_unordered_qkv_fails_the_logit_check(tmp_path, model, monkeypatch, capsys):

@@ -118,12 +118,13 @@ def write_checkpoint(get: Callable[[str], torch.Tensor], shape: layout.Shape, ou
 
 
 def write_megatron(
-    get: Callable[[str], torch.Tensor], shape: layout.Shape, cfg: ModelConfig, out: str
+    get: Callable[[str], torch.Tensor], shape: layout.Shape, cfg: ModelConfig, out: str, divisible_by: int
 ) -> int:
     """Write the model as a ``torch_dist`` folder ``out`` (model only); the tensor count."""
     one = layout.Shape(**{**shape.__dict__, "tp": 1})
     weights = megatron_layout.to_megatron(dict(layout.to_neox(get, one, 0)), cfg)
-    megatron_checkpoint.save(out, weights, megatron_checkpoint.import_common(cfg))
+    common = megatron_checkpoint.import_common(cfg, make_vocab_size_divisible_by=divisible_by)
+    megatron_checkpoint.save(out, weights, common)
     return len(weights)
 
 
@@ -159,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_pos = int(config["max_position_embeddings"])
     cfg = model_config(keys, args.hf, padded, max_pos, max_pos)
     if args.trainer == "megatron":
-        count = write_megatron(tensor_reader(args.hf), shape, cfg, args.out)
+        count = write_megatron(tensor_reader(args.hf), shape, cfg, args.out, args.divisible_by)
     else:
         count = write_checkpoint(tensor_reader(args.hf), shape, args.out, args.pipe)
     tokens = check_tokens(data.vocab_size, min(CHECK_TOKENS, int(config["max_position_embeddings"])))
