@@ -186,7 +186,6 @@ class _Unpickler(pickle.Unpickler):
 class _PickleModule:
     Unpickler = _Unpickler
     load = staticmethod(pickle.load)
-    __name__ = "pickle"
 
 
 def _unpickle(data: bytes | str) -> Any:
