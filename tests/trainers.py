@@ -27,8 +27,9 @@ megatron-bridge 0.4 and later and megatron-core 0.17 and later declare Python >=
 0.3.1 (it asks for megatron-core < 0.17) and megatron-core 0.16.1 (its cp311 wheel). Both are installed
 without their declared dependencies, which pull transformer-engine, mamba-ssm, causal-conv1d and others
 that cannot be installed or run without CUDA; what the LLaMA conversion imports is installed instead
-(BRIDGE: transformers < 5 as megatron-bridge asks, rich, omegaconf, einops, and the same triton and torch
-as above). The two stand-ins that its code needs on a CPU are named in tests/train/hf/bridge.py.
+(BRIDGE: transformers < 5 as megatron-bridge asks, rich, omegaconf, einops, psutil (Megatron-core's torch_dist
+writer: without it its writer process dies and the save waits forever), and the same triton and torch
+as above). The stand-ins its code needs on a CPU are named in tests/train/hf/bridge.py.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ EXTRA += ["gigatoken>=0.10,<0.11"]
 # Megatron-Bridge's venv (see the docstring): the two packages without their dependencies; what they import.
 BRIDGE_NO_DEPS = ["megatron-core==0.16.1", "megatron-bridge==0.3.1"]
 BRIDGE = ["torch==2.13.0", "transformers==4.57.6", "triton==3.6.0", "numpy<3", "packaging>=24.2"]
-BRIDGE += ["rich==15.0.0", "omegaconf==2.4.0", "einops==0.8.2", "pyyaml"]
+BRIDGE += ["rich==15.0.0", "omegaconf==2.4.0", "einops==0.8.2", "psutil==7.2.2", "pyyaml"]
 SITECUSTOMIZE = '''"""Megatron-LM at its pin wants Python 3.12's typing.override (a marker): backported."""
 import typing
 

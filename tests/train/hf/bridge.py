@@ -3,13 +3,17 @@ rank with gloo: the anchor the compatibility tests compare our Megatron import a
 
 ``python bridge.py to-megatron HF OUT --tp T --pp P``: ``AutoBridge.from_hf_pretrained(HF)``, its model
 provider at T x P with its pre-wrap hook that loads the HF weights (``load_weights_hf_to_megatron``); each
-rank's ``state_dict`` to ``OUT/tp{t}_pp{p}.pt`` (layers renumbered to the global layer, ``_extra_state``
-left out).
+rank's tensors to ``OUT/tp{t}_pp{p}.pt``: ``state``, the model's ``state_dict`` (layers renumbered to the
+global layer, ``_extra_state`` left out), and ``sharded``, the ``ShardedTensor``s of Megatron-core's
+``sharded_state_dict`` (factories applied) as ``(key, data, global_shape, global_offset)``: what a
+torch_dist checkpoint of the model holds, where ``whole`` puts them together. ``--save CKPT``: the model
+also saved as a torch_dist folder by Megatron-core's ``dist_checkpointing.save``.
 
 ``python bridge.py to-hf HF CKPT OUT --tp T --pp P``: the provider's model at T x P, without weights, loads
 the torch_dist folder CKPT with Megatron-core's ``dist_checkpointing.load`` (its ``sharded_state_dict``);
-``AutoBridge.save_hf_pretrained`` writes the HF folder OUT, and ``megatron_to_hf_config`` of the provider
-goes to ``OUT/bridge_config.json``. HF gives the architecture (the bridge is made from its config).
+``AutoBridge.save_hf_weights`` writes its HF safetensors to OUT, and the provider's
+``megatron_to_hf_config`` (the HF config Bridge makes of the Megatron model) goes to
+``OUT/bridge_config.json``. HF gives the architecture (the bridge is made from its config and weights).
 
 Megatron-core is built as Bridge's provider builds it, with these changes for a CPU (none is in the
 weights): the local transformer spec (``local_layer_spec``: no transformer-engine), fp32,
@@ -21,6 +25,11 @@ weights): the local transformer spec (``local_layer_spec``: no transformer-engin
   imported meanwhile (checked), so Megatron-core sees no transformer-engine.
 - ``torch.cuda.current_device``: Bridge's replicated mapping moves a weight to it before broadcasting it
   to the tensor-parallel ranks (``ReplicatedMapping.hf_to_megatron``); here it gives the CPU.
+- ``torch.distributed.scatter``: Bridge's row-parallel mapping scatters ``torch.chunk(w, tp, dim=1)``, views
+  that are not contiguous, and gloo sends each as its storage from its first element (seen here: every rank
+  got the wrong columns of ``linear_proj`` and ``linear_fc2``); the stand-in scatters contiguous copies.
+- ``torch.cuda.synchronize``: Megatron-core's torch_dist writer waits for the device before it copies the
+  tensors (``filesystem_async.preload_tensors``); here nothing runs on a device, so it does nothing.
 """
 
 from __future__ import annotations
@@ -113,6 +122,19 @@ def _cpu_device() -> torch.device:
     return torch.device("cpu")
 
 
+def _no_device_work(device: Any = None) -> None:
+    return None
+
+
+_scatter = dist.scatter
+
+
+def _contiguous_scatter(tensor: torch.Tensor, scatter_list: list[torch.Tensor] | None = None, *args: Any,
+                        **kwargs: Any) -> Any:  # fmt: skip
+    parts = None if scatter_list is None else [t.contiguous() for t in scatter_list]
+    return _scatter(tensor, parts, *args, **kwargs)
+
+
 def build(bridge: Any, tp: int, pp: int, load_weights: bool) -> tuple[Any, list[torch.nn.Module]]:
     """Bridge's provider for ``bridge`` at tp x pp on the CPU (see the module docstring) and its model."""
     from megatron.bridge.models.gpt_provider import local_layer_spec
@@ -146,13 +168,49 @@ def rank_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def to_megatron(hf: str, out: str, tp: int, pp: int) -> None:
-    from megatron.core import parallel_state
+def rank_shards(model: torch.nn.Module) -> list[tuple[str, torch.Tensor, tuple, tuple]]:
+    """The rank's ``ShardedTensor``s (``_extra_state`` left out) as plain tuples."""
+    from megatron.core.dist_checkpointing.dict_utils import nested_values
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
+
+    sharded = model.sharded_state_dict()
+    apply_factories(sharded)
+    return [
+        (t.key, t.data.detach().clone(), tuple(t.global_shape), tuple(t.global_offset))
+        for t in nested_values(sharded)
+        if isinstance(t, ShardedTensor) and not t.key.endswith("_extra_state")
+    ]
+
+
+def whole(ranks: list[list[tuple[str, torch.Tensor, tuple, tuple]]]) -> dict[str, torch.Tensor]:
+    """The ranks' shards put together at their offsets: the checkpoint's tensors, one entry per layer
+    (``decoder.layers.<rest>``'s first axis, the layer, unstacked to ``decoder.layers.{i}.<rest>``)."""
+    tensors: dict[str, torch.Tensor] = {}
+    for key, data, shape, offset in (shard for rank in ranks for shard in rank):
+        t = tensors.setdefault(key, torch.full(shape, float("nan"), dtype=data.dtype))
+        lead = len(shape) - data.dim()  # the prepended axes (the layer)
+        index = [*offset[:lead], *(slice(o, o + n) for o, n in zip(offset[lead:], data.shape, strict=True))]
+        t[tuple(index)] = data
+    out: dict[str, torch.Tensor] = {}
+    for key, t in tensors.items():
+        if key.startswith("decoder.layers."):
+            rest = key.removeprefix("decoder.layers.")
+            out |= {f"decoder.layers.{i}.{rest}": t[i] for i in range(t.shape[0])}
+        else:
+            out[key] = t
+    return out
+
+
+def to_megatron(hf: str, out: str, tp: int, pp: int, save: str | None) -> None:
+    from megatron.core import dist_checkpointing, parallel_state
 
     bridge = import_bridge().AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
     _, model = build(bridge, tp, pp, load_weights=True)
     t, p = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
-    torch.save(rank_state(model[0]), Path(out) / f"tp{t}_pp{p}.pt")
+    dump = {"state": rank_state(model[0]), "sharded": rank_shards(model[0])}
+    torch.save(dump, Path(out) / f"tp{t}_pp{p}.pt")
+    if save:
+        dist_checkpointing.save(model[0].sharded_state_dict(), save)
 
 
 def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int) -> None:
@@ -162,7 +220,7 @@ def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int) -> None:
     provider, model = build(bridge, tp, pp, load_weights=False)
     loaded = dist_checkpointing.load(model[0].sharded_state_dict(), ckpt)
     model[0].load_state_dict(loaded, strict=False)
-    bridge.save_hf_pretrained(model, out, show_progress=False)
+    bridge.save_hf_weights(model, out, show_progress=False)
     if dist.get_rank() == 0:
         config = type(bridge._model_bridge).megatron_to_hf_config(provider)
         Path(out, "bridge_config.json").write_text(json.dumps(config, indent=1, sort_keys=True, default=str))
@@ -171,12 +229,14 @@ def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int) -> None:
 def _rank(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
     from megatron.core import parallel_state
 
-    torch.cuda.current_device = _cpu_device  # stand-in (module docstring)
+    torch.cuda.current_device = _cpu_device  # stand-ins (module docstring)
+    torch.cuda.synchronize = _no_device_work
+    dist.scatter = _contiguous_scatter
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(args.tp, args.pp)
     try:
         if args.command == "to-megatron":
-            to_megatron(args.hf, args.out, args.tp, args.pp)
+            to_megatron(args.hf, args.out, args.tp, args.pp, args.save)
         else:
             to_hf(args.hf, args.ckpt, args.out, args.tp, args.pp)
         dist.barrier()
@@ -191,6 +251,7 @@ def main() -> None:
     parser.add_argument("paths", nargs="+", help="to-megatron: OUT; to-hf: CKPT OUT")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--save", help="to-megatron: also save the model as a torch_dist folder")
     args = parser.parse_args()
     if args.command == "to-megatron":
         (args.out,) = args.paths
