@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
 import torch
 
 from tests.train.hf import megatron_model
-from tests.train.reference.conftest import BATCH, losses, run_trainer
+from tests.train.reference.conftest import BATCH, command, losses, run_trainer, trainer_env
 from tests.train.reference.test_megatron_config import write_args
 from tests.trainers import Trainers
+from tests.utils import REPO, tail
 from workflow_scripts.train import checkpoint_dirs, finetune, megatron_checkpoint
 from workflow_scripts.train.hf.megatron_layout import from_megatron, to_megatron
 from workflow_scripts.train.reference.checkpoints import CLIENT_KEY, SIDE
@@ -140,3 +143,38 @@ def test_a_folder_that_is_not_torch_dist_is_refused(
     finetune.prepare(str(tmp_path / "run" / "ckpt"), str(start), "megatron")
     refused = run_trainer(args, ok=False)
     assert refused.returncode != 0 and "not a torch_dist checkpoint (no metadata.json)" in refused.output
+
+
+def test_two_ranks_save_and_resume_as_they_train(tmp_path: Path, model: Path, packs: dict[str, str]) -> None:
+    """Rank 0 writes the torch_dist files, every rank its DeepSpeed state; a resume on two ranks equals an
+    uninterrupted run on two (dropout off: the trainer's RNG state is rank 0's)."""
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+    ]
+    for name, runs in (("whole", 1), ("cut", 2)):
+        extra = "--attention-dropout 0 --hidden-dropout 0" + (" --exit-interval 3" if runs == 2 else "")
+        args = llama_args(tmp_path / name, model, packs, extra)
+        for _ in range(runs):
+            argv = [
+                *launch,
+                "--master_port",
+                str(megatron_model.free_port()),
+                *command(args, "--out", str(tmp_path / name))[1:],
+            ]
+            proc = subprocess.run(
+                argv, cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=300
+            )
+            assert proc.returncode == 0 and "data parallel 2" in proc.stdout, tail(proc.stdout + proc.stderr)
+    assert "resumed from iter_0000003: local iteration 3 of 4" in proc.stdout
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    ends = [
+        megatron_checkpoint.load_weights(str(tmp_path / n / "ckpt" / "iter_0000004"))
+        for n in ("whole", "cut")
+    ]
+    assert all(torch.equal(ends[0][k], ends[1][k]) for k in ends[0])
