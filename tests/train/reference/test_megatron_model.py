@@ -61,7 +61,7 @@ for argv in json.loads(sys.argv[1]):
             shapes[sharded.key] = list(sharded.global_shape)
     values = {k: getattr(config, k) for k in ("num_query_groups", "ffn_hidden_size", "gated_linear_unit",
               "normalization", "layernorm_epsilon", "add_bias_linear", "add_qkv_bias", "init_method_std",
-              "kv_channels", "num_attention_heads")}
+              "kv_channels", "num_attention_heads", "attention_dropout", "hidden_dropout")}
     values |= {k: getattr(args, k) for k in ("position_embedding_type", "rotary_base", "rotary_percent",
                "untie_embeddings_and_output_weights", "padded_vocab_size", "ckpt_format")}
     out.append({"values": values, "shapes": shapes,
@@ -130,6 +130,8 @@ def test_the_reference_model_is_the_model_megatron_lm_builds(
             "init_method_std": cfg.init_method_std,
             "kv_channels": cfg.hidden_size // cfg.num_attention_heads,
             "num_attention_heads": cfg.num_attention_heads,
+            "attention_dropout": cfg.attention_dropout,
+            "hidden_dropout": cfg.hidden_dropout,
             "position_embedding_type": {"learned": "learned_absolute", "rotary": "rope"}.get(
                 cfg.pos_emb, "none"
             ),
