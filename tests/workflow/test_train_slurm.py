@@ -22,7 +22,10 @@ import yaml
 from tests.utils import Workflow, snakemake_env, tail
 from tests.workflow.test_slurm import SNAKEMAKE_TIMEOUT_S, slurm_cluster  # noqa: F401 (a fixture)
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.train import checkpoint_dirs
+from workflow_scripts.train import checkpoint_dirs, megatron_checkpoint
+from workflow_scripts.train.hf.megatron_layout import to_megatron
+from workflow_scripts.train.reference.checkpoints import neox_weights
+from workflow_scripts.train.reference.config import load_config
 from workflow_scripts.train.reference.train import PAUSE_AT
 
 pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
@@ -328,15 +331,18 @@ def test_a_fine_tune_trains_two_packs_from_a_start_checkpoint(trained_data, tmp_
     snakepack(wf, "train-reference", "--config", str(tmp_path / "pretrain.yml"))  # the same GPT as both bases
     start = start_dir / "global_step4"
     config = yaml.safe_load(CONFIG)["train"] | {"finetune_from": str(start), "eval_launch": None}
-    if trainer == "megatron":
+    if trainer == "megatron":  # its start is Megatron-LM's torch_dist folder of the same weights
         config |= {"trainer": "megatron", "base_config": "config/train/megatron-sample.args"}
-        clash = shutil.copytree(start, start_dir / "iter_0000004")  # the run saves iteration 4 itself
+        cfg = load_config([str(tmp_path / "pretrain.yml")]).model
+        weights, common = to_megatron(neox_weights(str(start)), cfg), megatron_checkpoint.import_common(cfg)
+        clash = start_dir / "megatron" / "iter_0000004"  # the run saves iteration 4 itself
+        megatron_checkpoint.save(str(clash), weights, common)
         (wf.root / "finetune.yaml").write_text(
             yaml.safe_dump({"train": config | {"finetune_from": str(clash)}})
         )
         refused = wf.run("--profile", "profiles/local", "--cores", "2", "train", *ARGS, "finetune.yaml")
         assert refused.returncode != 0 and "restarts the iteration count at 0" in refused.output
-        start = shutil.copytree(start, start_dir / "iter_0000100")
+        start = shutil.copytree(clash, clash.with_name("iter_0000100"))
         config["finetune_from"] = str(start)
     (wf.root / "finetune.yaml").write_text(yaml.safe_dump({"train": config}))
     args = (*ARGS, "finetune.yaml")
