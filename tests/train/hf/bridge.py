@@ -3,17 +3,19 @@ rank with gloo: the anchor the compatibility tests compare our Megatron import a
 
 ``python bridge.py to-megatron HF OUT --tp T --pp P``: ``AutoBridge.from_hf_pretrained(HF)``, its model
 provider at T x P with its pre-wrap hook that loads the HF weights (``load_weights_hf_to_megatron``); each
-rank's tensors to ``OUT/tp{t}_pp{p}.pt``: ``state``, the model's ``state_dict`` (layers renumbered to the
-global layer, ``_extra_state`` left out), and ``sharded``, the ``ShardedTensor``s of Megatron-core's
-``sharded_state_dict`` (factories applied) as ``(key, data, global_shape, global_offset)``: what a
-torch_dist checkpoint of the model holds, where ``whole`` puts them together. ``--save CKPT``: the model
-also saved as a torch_dist folder by Megatron-core's ``dist_checkpointing.save``.
+rank's tensors to ``OUT/tp{t}_pp{p}.pt``: ``state``, the model's ``state_dict`` (its own names, the stage's
+layers from 0, ``_extra_state`` left out), and ``sharded``, the ``ShardedTensor``s of Megatron-core's
+``sharded_state_dict`` (factories applied; what a torch_dist checkpoint of the model holds), as
+tests/train/hf/megatron_model dumps the pinned Megatron-LM's ranks (its ``assembled`` puts them together).
+``--save CKPT``: the model also saved as a torch_dist folder by Megatron-core's ``dist_checkpointing.save``.
 
 ``python bridge.py to-hf HF CKPT OUT --tp T --pp P``: the provider's model at T x P, without weights, loads
 the torch_dist folder CKPT with Megatron-core's ``dist_checkpointing.load`` (its ``sharded_state_dict``);
 ``AutoBridge.save_hf_weights`` writes its HF safetensors to OUT, and the provider's
 ``megatron_to_hf_config`` (the HF config Bridge makes of the Megatron model) goes to
-``OUT/bridge_config.json``. HF gives the architecture (the bridge is made from its config and weights).
+``OUT/bridge_config.json``. HF gives the architecture (the bridge is made from its config and weights);
+``--divisible-by N``: the vocabulary padded as Megatron-LM's ``--make-vocab-size-divisible-by N`` pads it
+(the provider's ``should_pad_vocab``), for a checkpoint so padded.
 
 Megatron-core is built as Bridge's provider builds it, with these changes for a CPU (none is in the
 weights): the local transformer spec (``local_layer_spec``: no transformer-engine), fp32,
@@ -39,7 +41,6 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import json
-import re
 import sys
 import tempfile
 import types
@@ -135,7 +136,9 @@ def _contiguous_scatter(tensor: torch.Tensor, scatter_list: list[torch.Tensor] |
     return _scatter(tensor, parts, *args, **kwargs)
 
 
-def build(bridge: Any, tp: int, pp: int, load_weights: bool) -> tuple[Any, list[torch.nn.Module]]:
+def build(
+    bridge: Any, tp: int, pp: int, load_weights: bool, divisible_by: int | None = None
+) -> tuple[Any, list[torch.nn.Module]]:
     """Bridge's provider for ``bridge`` at tp x pp on the CPU (see the module docstring) and its model."""
     from megatron.bridge.models.gpt_provider import local_layer_spec
 
@@ -148,6 +151,8 @@ def build(bridge: Any, tp: int, pp: int, load_weights: bool) -> tuple[Any, list[
     provider.gradient_accumulation_fusion = False
     provider.bias_activation_fusion = provider.masked_softmax_fusion = False
     provider.bias_dropout_fusion = provider.apply_rope_fusion = provider.persist_layer_norm = False
+    if divisible_by:
+        provider.should_pad_vocab, provider.make_vocab_size_divisible_by = True, divisible_by
     provider.finalize()
     model = provider.provide_distributed_model(
         wrap_with_ddp=False, use_cpu_initialization=True, mixed_precision_wrapper=None
@@ -156,49 +161,23 @@ def build(bridge: Any, tp: int, pp: int, load_weights: bool) -> tuple[Any, list[
 
 
 def rank_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The rank's state_dict, its layers renumbered from the stage's to the global layer."""
-    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
-
-    offset = get_transformer_layer_offset(model.config)
-    renumber = re.compile(r"^decoder\.layers\.(\d+)\.")
-    return {
-        renumber.sub(lambda m: f"decoder.layers.{int(m[1]) + offset}.", name): tensor.detach().clone()
-        for name, tensor in model.state_dict().items()
-        if not name.endswith("_extra_state")
-    }
+    """The rank's ``state_dict`` without ``_extra_state``."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
 
 
-def rank_shards(model: torch.nn.Module) -> list[tuple[str, torch.Tensor, tuple, tuple]]:
-    """The rank's ``ShardedTensor``s (``_extra_state`` left out) as plain tuples."""
+def rank_shards(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The rank's ``ShardedTensor``s (``_extra_state`` left out), as tests/train/hf/megatron_model's."""
     from megatron.core.dist_checkpointing.dict_utils import nested_values
     from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
 
     sharded = model.sharded_state_dict()
     apply_factories(sharded)
     return [
-        (t.key, t.data.detach().clone(), tuple(t.global_shape), tuple(t.global_offset))
+        {"key": t.key, "global_shape": t.global_shape, "global_offset": t.global_offset,
+         "prepend_axis_num": t.prepend_axis_num, "data": t.data.detach().clone()}
         for t in nested_values(sharded)
         if isinstance(t, ShardedTensor) and not t.key.endswith("_extra_state")
-    ]
-
-
-def whole(ranks: list[list[tuple[str, torch.Tensor, tuple, tuple]]]) -> dict[str, torch.Tensor]:
-    """The ranks' shards put together at their offsets: the checkpoint's tensors, one entry per layer
-    (``decoder.layers.<rest>``'s first axis, the layer, unstacked to ``decoder.layers.{i}.<rest>``)."""
-    tensors: dict[str, torch.Tensor] = {}
-    for key, data, shape, offset in (shard for rank in ranks for shard in rank):
-        t = tensors.setdefault(key, torch.full(shape, float("nan"), dtype=data.dtype))
-        lead = len(shape) - data.dim()  # the prepended axes (the layer)
-        index = [*offset[:lead], *(slice(o, o + n) for o, n in zip(offset[lead:], data.shape, strict=True))]
-        t[tuple(index)] = data
-    out: dict[str, torch.Tensor] = {}
-    for key, t in tensors.items():
-        if key.startswith("decoder.layers."):
-            rest = key.removeprefix("decoder.layers.")
-            out |= {f"decoder.layers.{i}.{rest}": t[i] for i in range(t.shape[0])}
-        else:
-            out[key] = t
-    return out
+    ]  # fmt: skip
 
 
 def to_megatron(hf: str, out: str, tp: int, pp: int, save: str | None) -> None:
@@ -207,17 +186,17 @@ def to_megatron(hf: str, out: str, tp: int, pp: int, save: str | None) -> None:
     bridge = import_bridge().AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
     _, model = build(bridge, tp, pp, load_weights=True)
     t, p = parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_pipeline_model_parallel_rank()
-    dump = {"state": rank_state(model[0]), "sharded": rank_shards(model[0])}
+    dump = {"tp_rank": t, "pp_rank": p, "state": rank_state(model[0]), "sharded": rank_shards(model[0])}
     torch.save(dump, Path(out) / f"tp{t}_pp{p}.pt")
     if save:
         dist_checkpointing.save(model[0].sharded_state_dict(), save)
 
 
-def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int) -> None:
+def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int, divisible_by: int | None) -> None:
     from megatron.core import dist_checkpointing
 
     bridge = import_bridge().AutoBridge.from_hf_pretrained(hf, torch_dtype=torch.float32)
-    provider, model = build(bridge, tp, pp, load_weights=False)
+    provider, model = build(bridge, tp, pp, load_weights=False, divisible_by=divisible_by)
     loaded = dist_checkpointing.load(model[0].sharded_state_dict(), ckpt)
     model[0].load_state_dict(loaded, strict=False)
     bridge.save_hf_weights(model, out, show_progress=False)
@@ -238,7 +217,7 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
         if args.command == "to-megatron":
             to_megatron(args.hf, args.out, args.tp, args.pp, args.save)
         else:
-            to_hf(args.hf, args.ckpt, args.out, args.tp, args.pp)
+            to_hf(args.hf, args.ckpt, args.out, args.tp, args.pp, args.divisible_by)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -252,6 +231,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--save", help="to-megatron: also save the model as a torch_dist folder")
+    parser.add_argument("--divisible-by", type=int, help="to-hf: the checkpoint's vocabulary padding")
     args = parser.parse_args()
     if args.command == "to-megatron":
         (args.out,) = args.paths
