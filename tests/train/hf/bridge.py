@@ -30,6 +30,10 @@ weights): the local transformer spec (``local_layer_spec``: no transformer-engin
 - ``torch.distributed.scatter``: Bridge's row-parallel mapping scatters ``torch.chunk(w, tp, dim=1)``, views
   that are not contiguous, and gloo sends each as its storage from its first element (seen here: every rank
   got the wrong columns of ``linear_proj`` and ``linear_fc2``); the stand-in scatters contiguous copies.
+- Not a stand-in, a translation of the HF folder: Bridge 0.3.1 takes ``transformers`` < 5, which reads a
+  config written by ``transformers`` 5 (``rope_parameters: {rope_theta: ...}``, no ``rope_theta``) with
+  the default ``rope_theta`` 10000 (seen here: 500000 read as 10000). Such a folder is given to Bridge as a
+  copy whose config also has the top-level ``rope_theta`` (``as_transformers_4``); its files are links.
 - ``torch.cuda.synchronize``: Megatron-core's torch_dist writer waits for the device before it copies the
   tensors (``filesystem_async.preload_tensors``); here nothing runs on a device, so it does nothing.
 """
@@ -205,6 +209,21 @@ def to_hf(hf: str, ckpt: str, out: str, tp: int, pp: int, divisible_by: int | No
         Path(out, "bridge_config.json").write_text(json.dumps(config, indent=1, sort_keys=True, default=str))
 
 
+def as_transformers_4(hf: str, tmp: str) -> str:
+    """``hf``, or a copy of it whose config also names ``rope_theta`` where only ``rope_parameters`` does."""
+    config = json.loads(Path(hf, "config.json").read_text())
+    theta = (config.get("rope_parameters") or {}).get("rope_theta")
+    if theta is None or "rope_theta" in config:
+        return hf
+    copy = Path(tmp, "hf")
+    copy.mkdir()
+    for path in Path(hf).iterdir():
+        (copy / path.name).symlink_to(path.resolve())
+    (copy / "config.json").unlink()
+    (copy / "config.json").write_text(json.dumps(config | {"rope_theta": theta}, indent=1))
+    return str(copy)
+
+
 def _rank(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
     from megatron.core import parallel_state
 
@@ -239,6 +258,7 @@ def main() -> None:
         args.ckpt, args.out = args.paths
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
+        args.hf = as_transformers_4(args.hf, tmp)
         world = args.tp * args.pp
         mp.spawn(_rank, args=(world, str(Path(tmp) / "store"), args), nprocs=world, join=True)
 

@@ -6,8 +6,9 @@
   rank from the same Hugging Face folder, at tensor parallel 1 and 2 and pipeline parallel 1 and 2
   (grouped-query attention, untied), and at TP 2 x PP 2 with one key-value head and tied embeddings;
 - (c) ``hf-export`` of a Megatron checkpoint (random weights, every tensor, as if trained) gives the tensors
-  and the model keys of the config that Bridge's export of the same folder gives, Bridge's model at TP 1 x
-  PP 1 and at TP 2 x PP 2.
+  and the model keys of the config (as ``transformers`` reads them) that Bridge's export of the same folder
+  gives, Bridge's model at TP 1 x PP 1 and TP 2 x PP 2, and for the tied model and one with another rotary
+  base and RMSNorm epsilon.
 
 Bridge 0.3.1 keeps Hugging Face's vocabulary unpadded (its provider's ``should_pad_vocab`` is off), ours is
 padded as Megatron-LM's ``--make-vocab-size-divisible-by`` says: the vocabulary-parallel tensors (embedding,
@@ -34,16 +35,21 @@ pytestmark = pytest.mark.trainer
 BRIDGE_SCRIPT = str(Path(__file__).with_name("bridge.py"))
 VOCAB = 300  # the data tokenizer's ids (the `model` fixture), padded to 512 (divisible by 256)
 VOCAB_PARALLEL = ("embedding.word_embeddings.weight", "output_layer.weight")
-VARIANTS = {"gqa": {}, "mqa-tied": {"num_key_value_heads": 1, "tie_word_embeddings": True}}
+VARIANTS = {
+    "gqa": {},
+    "mqa-tied": {"num_key_value_heads": 1, "tie_word_embeddings": True},
+    "rope-eps": {"rope_theta": 500000.0, "rms_norm_eps": 1e-5},
+}
 
 
-def llama_argv(kv_heads: int, tied: bool) -> list[str]:
+def llama_argv(kv_heads: int, tied: bool, theta: float = 10000.0, eps: float = 1e-6) -> list[str]:
     """tests/utils.tiny_llama's shape as Megatron-LM's arguments."""
     argv = [
         "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
         "--max-position-embeddings", "64", "--vocab-size", str(VOCAB), "--make-vocab-size-divisible-by",
-        "256", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--swiglu", "--ffn-hidden-size", "96",
-        "--position-embedding-type", "rope", "--rotary-base", "10000", "--group-query-attention",
+        "256", "--normalization", "RMSNorm", "--norm-epsilon", str(eps), "--swiglu",
+        "--ffn-hidden-size", "96",
+        "--position-embedding-type", "rope", "--rotary-base", str(int(theta)), "--group-query-attention",
         "--num-query-groups", str(kv_heads), "--disable-bias-linear",
     ]  # fmt: skip
     return argv + ([] if tied else ["--untie-embeddings-and-output-weights"])
@@ -81,9 +87,9 @@ def imports(tmp_path_factory, model) -> Callable[[str], tuple[Path, Path]]:
 
 
 def variant_argv(variant: str) -> list[str]:
-    return llama_argv(
-        VARIANTS[variant].get("num_key_value_heads", 2), VARIANTS[variant].get("tie_word_embeddings", False)
-    )
+    v = VARIANTS[variant]
+    kv, tied = v.get("num_key_value_heads", 2), v.get("tie_word_embeddings", False)
+    return llama_argv(kv, tied, v.get("rope_theta", 10000.0), v.get("rms_norm_eps", 1e-6))
 
 
 def bridge_ranks(bridge: trainer_code.Bridge, hf: Path, out: Path, tp: int, pp: int) -> list[dict]:
@@ -146,7 +152,9 @@ def trained(start: Path, folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize(("variant", "tp", "pp"), [("gqa", 1, 1), ("gqa", 2, 2), ("mqa-tied", 2, 1)], ids=str)
+@pytest.mark.parametrize(
+    ("variant", "tp", "pp"), [("gqa", 1, 1), ("gqa", 2, 2), ("mqa-tied", 2, 1), ("rope-eps", 1, 1)], ids=str
+)
 def test_our_export_of_a_megatron_checkpoint_is_bridges_export(
     bridge, imports, model, tmp_path, variant, tp, pp
 ):
