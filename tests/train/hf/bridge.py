@@ -34,6 +34,9 @@ weights): the local transformer spec (``local_layer_spec``: no transformer-engin
   config written by ``transformers`` 5 (``rope_parameters: {rope_theta: ...}``, no ``rope_theta``) with
   the default ``rope_theta`` 10000 (seen here: 500000 read as 10000). Such a folder is given to Bridge as a
   copy whose config also has the top-level ``rope_theta`` (``as_transformers_4``); its files are links.
+- ``torch.Tensor.cuda`` returns the tensor: with tied embeddings and pipeline stages, Megatron-core moves
+  the last stage's copy of the embedding to the GPU before it all-reduces it over the embedding group
+  (``LanguageModule.setup_embeddings_and_output_layer``: ``weight.data.cuda()``).
 - ``torch.cuda.synchronize``: Megatron-core's torch_dist writer waits for the device before it copies the
   tensors (``filesystem_async.preload_tensors``); here nothing runs on a device, so it does nothing.
 """
@@ -125,6 +128,10 @@ def import_bridge() -> Any:
 
 def _cpu_device() -> torch.device:
     return torch.device("cpu")
+
+
+def _stays(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return self
 
 
 def _no_device_work(device: Any = None) -> None:
@@ -230,6 +237,7 @@ def _rank(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
     torch.cuda.current_device = _cpu_device  # stand-ins (module docstring)
     torch.cuda.synchronize = _no_device_work
     dist.scatter = _contiguous_scatter
+    torch.Tensor.cuda = _stays  # type: ignore[method-assign]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     parallel_state.initialize_model_parallel(args.tp, args.pp)
     try:

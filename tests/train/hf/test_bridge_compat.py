@@ -1,14 +1,14 @@
 """Our Megatron import and export against Megatron-Bridge's (tests/train/hf/bridge.py: Bridge's own
-``AutoBridge`` conversions, run in its venv on CPU ranks; the stand-ins for CUDA calls are listed there):
+``AutoBridge`` conversions, run in its venv on CPU ranks; its stand-ins are listed there):
 
 - (a) the pinned Megatron-LM's ``load_checkpoint`` of ``hf-import --trainer megatron``'s folder
   (tests/train/hf/megatron_model) holds, on every rank, the tensors Bridge's ``AutoBridge`` puts on that
   rank from the same Hugging Face folder, at tensor parallel 1 and 2 and pipeline parallel 1 and 2
-  (grouped-query attention, untied), and at TP 2 x PP 2 with one key-value head and tied embeddings;
+  (grouped-query attention, untied), and at TP 2 with one key-value head and tied embeddings;
 - (c) ``hf-export`` of a Megatron checkpoint (random weights, every tensor, as if trained) gives the tensors
   and the model keys of the config (as ``transformers`` reads them) that Bridge's export of the same folder
-  gives, Bridge's model at TP 1 x PP 1 and TP 2 x PP 2, and for the tied model and one with another rotary
-  base and RMSNorm epsilon.
+  gives, Bridge's model at TP 1 x PP 1 and TP 2 x PP 2 (the tied model too), and for a model with another
+  rotary base and RMSNorm epsilon.
 
 Bridge 0.3.1 keeps Hugging Face's vocabulary unpadded (its provider's ``should_pad_vocab`` is off), ours is
 padded as Megatron-LM's ``--make-vocab-size-divisible-by`` says: the vocabulary-parallel tensors (embedding,
@@ -153,7 +153,7 @@ def trained(start: Path, folder: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("variant", "tp", "pp"), [("gqa", 1, 1), ("gqa", 2, 2), ("mqa-tied", 2, 1), ("rope-eps", 1, 1)], ids=str
+    ("variant", "tp", "pp"), [("gqa", 1, 1), ("gqa", 2, 2), ("mqa-tied", 2, 2), ("rope-eps", 1, 1)], ids=str
 )
 def test_our_export_of_a_megatron_checkpoint_is_bridges_export(
     bridge, imports, model, tmp_path, variant, tp, pp
