@@ -59,13 +59,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 TE_IMPORTERS = {"megatron.bridge.peft.lora_layers", "megatron.bridge.peft.lora"}
-# What those two import from Megatron-core: imported first, so that none of it sees the stand-in.
-CORE_FIRST = [
-    "megatron.core.parallel_state",
-    "megatron.core.utils",
-    "megatron.core.transformer.moe.moe_utils",
-    "megatron.core.transformer.moe.router",
-]
 
 
 def _placeholder_module(name: str) -> types.ModuleType:
@@ -116,8 +109,6 @@ class _WithTransformerEngineStandIn(importlib.abc.MetaPathFinder, importlib.abc.
 
 def import_bridge() -> Any:
     """``megatron.bridge`` imported with the transformer-engine stand-in for its LoRA modules."""
-    for name in CORE_FIRST:
-        importlib.import_module(name)
     finder = _WithTransformerEngineStandIn()
     sys.meta_path.insert(0, finder)
     try:
