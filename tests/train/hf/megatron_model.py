@@ -22,6 +22,8 @@ Stand-ins for CUDA calls (torch here has no CUDA), in these ranks only, each whe
 
 - ``torch.nn.Module.cuda`` returns the module: ``get_model`` moves each model chunk to the GPU
   (``model_module.cuda(torch.cuda.current_device())``); it stays on the CPU.
+- ``torch.Tensor.cuda`` returns the tensor: with tied embeddings at PP > 1,
+  ``LanguageModule.setup_embeddings_and_output_layer`` moves the shared weight to the GPU to all-reduce it.
 - ``torch.cuda.current_device`` is ``"cpu"``: ``get_model``'s call above, and ``dist_checkpointing``'s save
   finalisation, which broadcasts a failure flag from a tensor on that device.
 - ``torch.cuda.get_rng_state`` is the CPU generator's state: ``save_checkpoint`` collects the RNG states
@@ -65,6 +67,7 @@ import torch
 
 def main():
     torch.nn.Module.cuda = lambda self, *a, **k: self  # stand-in: get_model's move to the GPU
+    torch.Tensor.cuda = lambda self, *a, **k: self  # stand-in: tied embeddings copied between PP stages
     torch.cuda.current_device = lambda: "cpu"  # stand-in: get_model's and the save's device
     torch.cuda.get_rng_state = lambda *a, **k: torch.get_rng_state()  # stand-in: save_checkpoint's RNG states
     torch.cuda.synchronize = lambda *a, **k: None  # stand-in: the checkpoint writer's synchronisation

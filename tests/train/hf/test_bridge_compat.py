@@ -107,7 +107,7 @@ def unequal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]
 # which tests/train/hf/megatron_model has no stand-in for.
 @pytest.mark.parametrize(
     ("variant", "tp", "pp"),
-    [("gqa", 1, 1), ("gqa", 2, 1), ("gqa", 1, 2), ("gqa", 2, 2), ("mqa-tied", 2, 1)],
+    [("gqa", 1, 1), ("gqa", 2, 1), ("gqa", 1, 2), ("gqa", 2, 2), ("mqa-tied", 2, 1), ("mqa-tied", 2, 2)],
     ids=str,
 )
 def test_megatrons_load_of_our_import_is_bridges_import(trainers, bridge, imports, tmp_path, variant, tp, pp):
