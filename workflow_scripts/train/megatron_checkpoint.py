@@ -37,10 +37,11 @@ What a folder holds, as the pinned Megatron-LM's ``save_checkpoint`` writes it:
 
 ``load_checkpoint`` takes from the common state ``iteration`` (unless ``--finetune``), ``checkpoint_version``
 (below 2.0 it permutes legacy QKV weights) and ``args``: the saved tensor/pipeline sizes (1 when missing),
-``no_save_optim`` / ``no_save_rng`` (set: the sharded load asks for neither; a run with an optimizer still
-needs ``--finetune`` or ``--no-load-optim``, as its later ``optimizer.load_state_dict(state_dict['optimizer'])``
-fails otherwise) and, without ``--finetune``, what ``check_checkpoint_args`` compares (``num_layers``,
-``hidden_size``, ``num_attention_heads``, ...). ``import_common`` gives that for a model-only folder.
+``no_save_optim`` / ``no_save_rng`` (set: the sharded load asks for neither; a run with an optimizer
+still needs ``--finetune`` or ``--no-load-optim``: its later
+``optimizer.load_state_dict(state_dict['optimizer'])`` fails otherwise) and, without ``--finetune``, what
+``check_checkpoint_args`` compares (``num_layers``, ``hidden_size``, ``num_attention_heads``, ...).
+``import_common`` gives that for a model-only folder.
 """
 
 from __future__ import annotations
