@@ -19,6 +19,9 @@ from tests.utils import REPO, build_dataset, tail
 from workflow_scripts.train.reference.metrics import read_loss_csv
 
 SEQ = 32
+# torchrun with two local ranks
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--master_addr", "127.0.0.1")
+TWO_RANKS = (*TORCHRUN, "--nproc_per_node", "2")
 BATCH = 4
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 import torch
 
 from tests.train.hf import megatron_model
-from tests.train.reference.conftest import BATCH, command, losses, run_trainer, trainer_env
+from tests.train.reference.conftest import BATCH, TWO_RANKS, command, losses, run_trainer, trainer_env
 from tests.train.reference.test_megatron_config import write_args
 from tests.trainers import Trainers
 from tests.utils import REPO, tail
@@ -148,15 +147,7 @@ def test_a_folder_that_is_not_torch_dist_is_refused(
 def test_two_ranks_save_and_resume_as_they_train(tmp_path: Path, model: Path, packs: dict[str, str]) -> None:
     """Rank 0 writes the torch_dist files, every rank its DeepSpeed state; a resume on two ranks equals an
     uninterrupted run on two (dropout off: the trainer's RNG state is rank 0's)."""
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-    ]
+    launch = list(TWO_RANKS)
     for name, runs in (("whole", 1), ("cut", 2)):
         extra = "--attention-dropout 0 --hidden-dropout 0" + (" --exit-interval 3" if runs == 2 else "")
         args = llama_args(tmp_path / name, model, packs, extra)

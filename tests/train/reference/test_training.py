@@ -8,7 +8,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 from tests.train.reference.conftest import (
     BATCH,
     SEQ,
+    TWO_RANKS,
     command,
     latest,
     losses,
@@ -317,15 +317,7 @@ def test_two_processes_read_the_same_samples_as_one(
     one = write_config(tmp_path / "one" / "p.yml", model, **keys)
     run_trainer(one)
     two = write_config(tmp_path / "two" / "p.yml", model, gradient_accumulation_steps=1, **keys)
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-    ]
+    launch = list(TWO_RANKS)
     launch += ["--master_port", str(free_port())]
     proc = subprocess.run(
         launch + command(two)[1:], cwd=REPO, env=trainer_env(), capture_output=True, text=True, timeout=300
