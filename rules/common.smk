@@ -151,7 +151,7 @@ def get_previous_state(wildcards):
 
 
 def get_merged_packs(wildcards):
-    return [f"{MERGED}/{p}/{p}.bin" for p in [*planned_packs(), *planned_packs("validation")]]  # the packs' targets
+    return [f"{MERGED}/{p}/{p}.{e}" for p in [*planned_packs(), *planned_packs("validation")] for e in ("bin", "idx")]  # a pack is both
 
 
 def pack_summary(pack):
