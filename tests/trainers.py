@@ -98,14 +98,27 @@ class Missing(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Trainers:
-    """The unpacked trees and the Python that runs them."""
+class Venv:
+    """A cached folder whose ``venv`` is the Python that runs what it holds."""
 
     root: Path
 
     @property
     def python(self) -> str:
         return str(self.root / "venv" / "bin" / "python")
+
+    def _run(
+        self, argv: list[str], cwd: Path, env: dict[str, str], **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
+        return subprocess.run(
+            [self.python, *argv], cwd=cwd, env=env, capture_output=True, text=True, check=False, **kwargs
+        )
+
+
+@dataclass(frozen=True)
+class Trainers(Venv):
+    """The unpacked trees and the Python that runs them."""
 
     def tree(self, name: str) -> Path:
         """The source folder of ``neox``, ``fork`` or ``megatron``."""
@@ -117,28 +130,16 @@ class Trainers:
         """``python argv`` in the tree's folder with the tree on the path (``env``: more variables); never
         raises on failure."""
         src = self.tree(name)
-        env = {**os.environ, "PYTHONPATH": str(src), "PYTHONWARNINGS": "ignore", **(env or {})}
-        return subprocess.run(
-            [self.python, *argv], cwd=src, env=env, capture_output=True, text=True, check=False, **kwargs
-        )
+        return self._run(argv, src, {"PYTHONPATH": str(src), **(env or {})}, **kwargs)
 
 
 @dataclass(frozen=True)
-class Bridge:
+class Bridge(Venv):
     """Megatron-Bridge's venv."""
-
-    root: Path
-
-    @property
-    def python(self) -> str:
-        return str(self.root / "venv" / "bin" / "python")
 
     def run(self, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         """``python argv`` in the repository; never raises on failure."""
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        return subprocess.run(
-            [self.python, *argv], cwd=REPO, env=env, capture_output=True, text=True, check=False, **kwargs
-        )
+        return self._run(argv, REPO, {}, **kwargs)
 
 
 def archives() -> list[Path]:

@@ -23,7 +23,7 @@ weights): the local transformer spec (``local_layer_spec``: no transformer-engin
 
 - ``transformer_engine``: Bridge's LoRA modules (``megatron.bridge.peft.lora_layers`` and ``.lora``, which
   ``model_bridge`` imports) import it and subclass ``te.Linear`` at import. While those two modules are
-  imported, and only then, a module of placeholder classes stands in for it; no Megatron-core module is
+  imported, and only then, a module of stand-in classes stands in for it; no Megatron-core module is
   imported meanwhile (checked), so Megatron-core sees no transformer-engine.
 - ``torch.cuda.current_device``: Bridge's replicated mapping moves a weight to it before broadcasting it
   to the tensor-parallel ranks (``ReplicatedMapping.hf_to_megatron``); here it gives the CPU.
@@ -61,8 +61,8 @@ import torch.multiprocessing as mp
 TE_IMPORTERS = {"megatron.bridge.peft.lora_layers", "megatron.bridge.peft.lora"}
 
 
-def _placeholder_module(name: str) -> types.ModuleType:
-    """A module whose every public name is a placeholder class (subclassable, never built here)."""
+def _stand_in_module(name: str) -> types.ModuleType:
+    """A module whose every public name is a stand-in class (subclassable, never built here)."""
     module = types.ModuleType(name)
     module.__path__ = []
     made: dict[str, type] = {}
@@ -92,9 +92,9 @@ class _WithTransformerEngineStandIn(importlib.abc.MetaPathFinder, importlib.abc.
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        te = _placeholder_module("transformer_engine")
-        te.pytorch = _placeholder_module("transformer_engine.pytorch")
-        te.pytorch.ops = _placeholder_module("transformer_engine.pytorch.ops")
+        te = _stand_in_module("transformer_engine")
+        te.pytorch = _stand_in_module("transformer_engine.pytorch")
+        te.pytorch.ops = _stand_in_module("transformer_engine.pytorch.ops")
         stand_ins = {m.__name__: m for m in (te, te.pytorch, te.pytorch.ops)}
         before = set(sys.modules)
         sys.modules.update(stand_ins)
