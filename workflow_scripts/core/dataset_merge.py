@@ -29,6 +29,7 @@ from workflow_scripts.core.indexed_dataset import (
     IndexedDatasetError,
     PathLike,
     bin_path,
+    check_complete,
     file_size,
     idx_path,
     write_index,
@@ -123,6 +124,7 @@ def merge(
     for p in inputs:
         if _same_file(bin_path(p), bin_path(out)):
             raise IndexedDatasetError(f"{bin_path(out)}: merge output is also an input")
+        check_complete(p)  # a missing or truncated input named with the fix, before the full check
         per_input.append({"prefix": p, **verify(p)})
         # Copy the index arrays so that no input stays mapped (one open descriptor per mapping).
         ds = IndexedDataset(p)

@@ -112,6 +112,19 @@ class Header:
         """The size the ``.idx`` file must have."""
         return HEADER_SIZE + 12 * self.num_sequences + 8 * self.doc_idx_len
 
+    def bin_size(self, path: str) -> int:
+        """The size the ``.bin`` must have, from the last sequence's pointer and length in ``.idx`` file
+        ``path`` (whose size ``read_header`` checked)."""
+        s = self.num_sequences
+        if s == 0:
+            return 0
+        with open(path, "rb") as f:
+            f.seek(HEADER_SIZE + 4 * (s - 1))
+            (length,) = struct.unpack("<i", f.read(4))
+            f.seek(HEADER_SIZE + 4 * s + 8 * (s - 1))
+            (pointer,) = struct.unpack("<q", f.read(8))
+        return pointer + length * self.dtype.itemsize
+
 
 def file_size(path: str) -> int:
     """The size of ``path`` in bytes; a missing file is an ``IndexedDatasetError``."""
@@ -144,6 +157,30 @@ def read_header(path: PathLike) -> Header:
         raise IndexedDatasetError(
             f"{path}: {what}: {size} bytes, header says 34 + 12*S + 8*D = {header.idx_size} "
             f"(S={seqs}, D={docs})"
+        )
+    return header
+
+
+REBUILD = "delete it (and its .idx) and rerun: Snakemake makes it again"
+
+
+def check_complete(prefix: PathLike) -> Header:
+    """The cheap completeness check of a dataset before it is used: both files exist, the ``.idx`` header
+    and size are right, and the ``.bin`` has the size the ``.idx`` implies (its last pointer plus its last
+    length, in tokens of its dtype). Reads 34 + 12 bytes; ``dataset_verify.verify`` checks everything."""
+    idx, data = idx_path(prefix), bin_path(prefix)
+    for path, other in ((idx, data), (data, idx)):
+        if not os.path.exists(path):
+            beside = f" ({other} is there)" if os.path.exists(other) else ""
+            raise IndexedDatasetError(f"{path}: missing{beside}; rerun: Snakemake makes it again")
+    header = read_header(idx)
+    expected = header.bin_size(idx)
+    actual = file_size(data)
+    if actual != expected:
+        what = "truncated" if actual < expected else "longer than its index says"
+        raise IndexedDatasetError(
+            f"{data}: {what}: {actual} bytes, its index {idx} says {expected} "
+            f"({expected // header.dtype.itemsize} tokens of {header.dtype.name}); {REBUILD}"
         )
     return header
 

@@ -25,7 +25,7 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.dataset_merge import write_documents, write_slice
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path, read_json, sync_filesystem, write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.core.indexed_dataset import IndexedDataset, check_complete
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.datapacks.plan import PackPlan, Plan, ValidationPack
 from workflow_scripts.datapacks.planner import shuffle_permutation
@@ -91,6 +91,7 @@ def slice_pack(
     for s in pack["slices"]:
         src, ranges = s["prefix"], [(a, b) for _, a, b in s["ranges"]]
         if src not in verified:
+            check_complete(src)  # a missing or truncated source named with the fix, before the full check
             verify(src)
             verified.add(src)
         out = os.path.join(out_dir, s["name"])

@@ -50,8 +50,11 @@ import yaml
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
+from workflow_scripts.core.indexed_dataset import check_complete
 from workflow_scripts.train import checkpoint_dirs, finetune, progress_lines, slurm
 from workflow_scripts.train.configs import megatron
+
+DATA_KEYS = ("train_data_paths", "valid_data_paths", "test_data_paths")  # in the keys file (GPT-NeoX's names)
 
 
 class SegmentError(UserError, RuntimeError):
@@ -70,6 +73,7 @@ class PackKeys:
     checkpoints: str
     environment: dict[str, str]
     trainer: str = "neox"
+    data: tuple[str, ...] = ()  # the prefixes of the packs the trainer reads (train, valid, test)
 
     @property
     def end(self) -> int:
@@ -88,6 +92,7 @@ class PackKeys:
             checkpoints=values["save"],
             environment=dict(keys.get("environment") or {}),
             trainer=keys.get("trainer", "neox"),
+            data=tuple(dict.fromkeys(p for k in DATA_KEYS for p in values.get(k) or [])),
         )
 
     @property
@@ -215,6 +220,8 @@ def deadline_of(margin_minutes: float) -> float | None:
 
 def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     keys = PackKeys.read(args.keys)
+    for prefix in keys.data:  # a missing or truncated pack is named before any GPU time is spent
+        check_complete(prefix)
     record_path = Path(args.record)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     removed = keys.layout.remove_partial(keys.checkpoints)
