@@ -12,7 +12,9 @@ import pytest
 
 from tests.utils import build_dataset
 from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core import indexed_dataset as idd
 from workflow_scripts.core.indexed_dataset import IndexedDatasetError, check_complete
+from workflow_scripts.datapacks import slicer
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def test_a_complete_pack_passes_and_a_truncated_one_is_named(pack: str) -> None:
         check_complete(pack)
     message = str(err.value)
     assert message.startswith(f"{pack}.bin: truncated: 10 bytes, its index {pack}.idx says 14 ")
-    assert "(7 tokens of uint16)" in message and "delete it (and its .idx) and rerun" in message
+    assert message.endswith("(7 tokens of uint16); " + idd.REBUILD)
     truncate(pack, 16)
     with pytest.raises(IndexedDatasetError, match="longer than its index says: 16 bytes"):
         check_complete(pack)
@@ -45,18 +47,38 @@ def test_a_missing_file_is_named(pack: str, missing: str) -> None:
     other = "idx" if missing == "bin" else "bin"
     with pytest.raises(IndexedDatasetError) as err:
         check_complete(pack)
+    assert str(err.value) == f"{pack}.{missing}: missing ({pack}.{other} is there); {idd.REBUILD}"
+
+
+def test_merge_names_a_truncated_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pack's slice (in its ``slices`` folder): the fix is to cut the slices again."""
+    pack = build_dataset(tmp_path / "slices" / "s", [[[1, 2, 3], [4]], [[5, 6, 7]]])
+    truncate(pack, 12)
+    out = ["--output", str(tmp_path / "m")]
+    for log in ([], ["--log", str(tmp_path / "m.json")]):  # the log's fingerprints read the inputs first
+        assert snakepack(["merge", *out, *log, pack]) == 2
+        err = capsys.readouterr().err
+        assert f"{pack}.bin: truncated: 12 bytes, its index {pack}.idx says 14 (7 tokens of uint16); " in err
+        assert f"delete {tmp_path / 'slices'} and rerun: Snakemake cuts the pack's slices again" in err
+        assert not (tmp_path / "m.bin").exists()
+    os.remove(pack + ".idx")
+    assert snakepack(["merge", *out, "--log", str(tmp_path / "m.json"), pack]) == 2
     assert (
-        str(err.value)
-        == f"{pack}.{missing}: missing ({pack}.{other} is there); rerun: Snakemake makes it again"
+        f"{pack}.idx: missing ({pack}.bin is there); delete {tmp_path / 'slices'}" in capsys.readouterr().err
     )
 
 
-def test_merge_names_a_truncated_input(pack: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    truncate(pack, 12)
-    assert snakepack(["merge", "--output", str(tmp_path / "m"), pack]) == 2
-    err = capsys.readouterr().err
-    assert f"{pack}.bin: truncated: 12 bytes, its index {pack}.idx says 14 " in err
-    assert "rerun" in err and not (tmp_path / "m.bin").exists()
+def test_slicing_names_a_truncated_source(tmp_path: Path) -> None:
+    source = build_dataset(tmp_path / "en_web", [[[1, 2, 3]], [[4, 5]]])
+    spec = {"name": "p", "start": {}, "shuffle": False, "budget": 5, "state_after": {}}
+    spec["slices"] = [{"prefix": source, "source": "en_web", "name": "s", "ranges": [[0, 0, 2]]}]
+    truncate(source, 4)
+    with pytest.raises(IndexedDatasetError) as err:
+        slicer.slice_pack(spec, str(tmp_path / "out"), None)
+    assert str(err.value) == (
+        f"{source}.bin: truncated: 4 bytes, its index {source}.idx says 10 (5 tokens of uint16); "
+        + slicer.SOURCE_FIX
+    )
 
 
 def test_a_segment_names_a_truncated_pack_before_the_trainer_starts(pack: str, tmp_path: Path) -> None:

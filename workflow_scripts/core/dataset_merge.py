@@ -23,6 +23,7 @@ import numpy as np
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import (
+    REBUILD,
     TOKEN_DTYPE_CODES,
     IndexedDataset,
     IndexedDatasetBuilder,
@@ -38,6 +39,7 @@ from workflow_scripts.core.progress import Progress
 
 _COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
 GATHER_TOKENS = 1 << 22  # tokens gathered per step by ``write_documents``
+SLICES = "slices"  # the folder of a pack's slices (rules/datapacks.smk: slice_pack)
 
 
 def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
@@ -101,6 +103,15 @@ def _copy_kernel(fd_in: int, fd_out: int, offset: int, nbytes: int, pos: int) ->
     return done
 
 
+def input_fix(prefix: str) -> str:
+    """How the workflow makes a merge input again: a pack's slices by cutting the folder again, else
+    ``indexed_dataset.REBUILD``."""
+    folder = os.path.dirname(prefix)
+    if os.path.basename(folder) == SLICES:
+        return f"delete {folder} and rerun: Snakemake cuts the pack's slices again"
+    return REBUILD
+
+
 def _same_file(a: str, b: str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
@@ -124,7 +135,7 @@ def merge(
     for p in inputs:
         if _same_file(bin_path(p), bin_path(out)):
             raise IndexedDatasetError(f"{bin_path(out)}: merge output is also an input")
-        check_complete(p)  # a missing or truncated input named with the fix, before the full check
+        check_complete(p, input_fix(p))  # a missing or truncated input named, before the full check
         per_input.append({"prefix": p, **verify(p)})
         # Copy the index arrays so that no input stays mapped (one open descriptor per mapping).
         ds = IndexedDataset(p)

@@ -161,26 +161,30 @@ def read_header(path: PathLike) -> Header:
     return header
 
 
-REBUILD = "delete it (and its .idx) and rerun: Snakemake makes it again"
+REBUILD = "delete its .bin and .idx and rerun: Snakemake makes them again"  # a dataset that is a rule's output
 
 
-def check_complete(prefix: PathLike) -> Header:
+def check_complete(prefix: PathLike, fix: str = REBUILD) -> Header:
     """The cheap completeness check of a dataset before it is used: both files exist, the ``.idx`` header
     and size are right, and the ``.bin`` has the size the ``.idx`` implies (its last pointer plus its last
-    length, in tokens of its dtype). Reads 34 + 12 bytes; ``dataset_verify.verify`` checks everything."""
+    length, in tokens of its dtype). Reads 34 + 12 bytes; ``dataset_verify.verify`` checks everything.
+    The error names the file, the sizes and ``fix`` (how the workflow makes the dataset again)."""
     idx, data = idx_path(prefix), bin_path(prefix)
     for path, other in ((idx, data), (data, idx)):
         if not os.path.exists(path):
             beside = f" ({other} is there)" if os.path.exists(other) else ""
-            raise IndexedDatasetError(f"{path}: missing{beside}; rerun: Snakemake makes it again")
-    header = read_header(idx)
+            raise IndexedDatasetError(f"{path}: missing{beside}; {fix}")
+    try:
+        header = read_header(idx)
+    except IndexedDatasetError as err:
+        raise IndexedDatasetError(f"{err}; {fix}") from None
     expected = header.bin_size(idx)
     actual = file_size(data)
     if actual != expected:
         what = "truncated" if actual < expected else "longer than its index says"
         raise IndexedDatasetError(
             f"{data}: {what}: {actual} bytes, its index {idx} says {expected} "
-            f"({expected // header.dtype.itemsize} tokens of {header.dtype.name}); {REBUILD}"
+            f"({expected // header.dtype.itemsize} tokens of {header.dtype.name}); {fix}"
         )
     return header
 

@@ -30,6 +30,11 @@ from workflow_scripts.core.progress import Progress
 from workflow_scripts.datapacks.plan import PackPlan, Plan, ValidationPack
 from workflow_scripts.datapacks.planner import shuffle_permutation
 
+# A tokenized source's batch tokenizes again the shards whose files changed; an imported one is copied again.
+SOURCE_FIX = (
+    "rerun with --forcerun tokenize (an imported source: delete it and rerun): Snakemake makes it again"
+)
+
 
 class StateMismatch(UserError, RuntimeError):
     """The previous pack's cursor is not where the plan expects this pack to start."""
@@ -91,7 +96,7 @@ def slice_pack(
     for s in pack["slices"]:
         src, ranges = s["prefix"], [(a, b) for _, a, b in s["ranges"]]
         if src not in verified:
-            check_complete(src)  # a missing or truncated source named with the fix, before the full check
+            check_complete(src, SOURCE_FIX)  # a missing or truncated source named, before the full check
             verify(src)
             verified.add(src)
         out = os.path.join(out_dir, s["name"])
