@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"packs": rows, "run": run}, indent=1))
         return 0
-    print(pd.DataFrame(rows).to_string(index=False))
+    shown = [{**row, "s/iter": row["s/iter"] or "-"} for row in rows]  # "-": no segment has measured it
+    print(pd.DataFrame(shown).to_string(index=False))
     print(
         f"latest {run['latest'] or 'none'} in {run['checkpoints']} "
         f"({run['checkpoint_bytes'] / 2**30:.2f} GiB); "
