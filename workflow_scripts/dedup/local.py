@@ -27,7 +27,7 @@ from workflow_scripts.dedup.cluster import write_clusters
 from workflow_scripts.dedup.exact import write_exact
 from workflow_scripts.dedup.filter import filter_shard
 from workflow_scripts.dedup.params import DedupParams
-from workflow_scripts.dedup.report import write_report
+from workflow_scripts.dedup.report import reasons, summary_line, write_report
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.shards import stem
 from workflow_scripts.dedup.signatures import write_signatures
@@ -114,5 +114,5 @@ def main(argv: list[str] | None = None) -> None:
     params = settings.from_args(DedupSettings, args).resolved()
     s = run(args.input, args.output_dir, params, args.workers, args.keep_work)
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in s["seconds"].items())
-    counts = f"{s['docs_in']} in, {s['docs_out']} out, removed {s['removed']}"
+    counts = f"{summary_line(s)} ({reasons(params)['exact']})"
     print(f"dedup: {counts} ({params.bands}x{params.rows} LSH; {steps}) -> {args.output_dir}")

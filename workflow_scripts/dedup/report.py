@@ -64,6 +64,37 @@ def s_curve(params: DedupSettings) -> dict[str, float]:
     }
 
 
+def reasons(params: DedupSettings) -> dict[str, str]:
+    """The one-line meaning of each removal reason (the stats' keys) under ``params``."""
+    steps = [
+        step
+        for on, step in (
+            (params.nfkc, "NFKC"),
+            (params.lowercase, "lowercase"),
+            (params.digits, "every number as 0"),
+            (params.punctuation, "punctuation and symbols as spaces"),
+        )
+        if on
+    ]
+    normalised = ", ".join(steps) or "no normalisation"
+    return {
+        "exact": f"normalised-exact: the same words after {normalised} (dedup.nfkc, lowercase, digits, "
+        "punctuation), so texts that differ only there are copies",
+        "near": f"near: word {params.ngram}-grams (character {params.char_ngram}-grams for "
+        f"{', '.join(params.char_langs) or 'no language'}) at least {params.threshold} alike "
+        "(Jaccard, MinHash LSH)",
+    }
+
+
+def summary_line(stats: dict[str, Any]) -> str:
+    """The counts in the report's words."""
+    removed = stats["removed"]
+    return (
+        f"{stats['docs_in']} in, {stats['docs_out']} out, removed {removed['exact']} normalised-exact, "
+        f"{removed['near']} near"
+    )
+
+
 def build(shards: list[dict[str, Any]], summary: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(statistics, report) from the per-shard statistics and the cluster summary, after checking them."""
     check_counts(shards, summary)
@@ -89,6 +120,7 @@ def build(shards: list[dict[str, Any]], summary: dict[str, Any]) -> tuple[dict[s
         "docs_in": totals["docs_in"],
         "docs_out": totals["docs_out"],
         "removed": stats["removed"],
+        "reasons": reasons(params),
         "removed_fraction": round(stats["removed"]["total"] / max(1, totals["docs_in"]), 6),
         "by_lang": _merge((k, c) for s in shards for k, c in s["by_lang"].items()),
         "by_source": _merge((k, c) for s in shards for k, c in s["by_source"].items()),
@@ -133,4 +165,5 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--shards needs --stats-dir")
     stats = args.stats or [os.path.join(args.stats_dir, f"{stem(s)}.stats.json") for s in args.shards]
     s = write_report(stats, args.summary, args.output_stats, args.report)
-    print(f"dedup report: {s['docs_in']} in, {s['docs_out']} out, removed {s['removed']}")
+    params = DedupSettings.from_json(read_json(args.summary)["params"])
+    print(f"dedup report: {summary_line(s)} ({reasons(params)['exact']})")

@@ -117,11 +117,12 @@ def dedup_clusters(report: dict[str, Any]) -> Chart:
 
 
 def dedup_removal(report: dict[str, Any]) -> Chart:
-    """The share of each source group's documents removed as exact and near duplicates."""
+    """The share of each source group's documents removed as normalised-exact and near duplicates (the
+    report's ``reasons`` define them)."""
     table = pd.DataFrame([{"group": g, **c} for g, c in sorted(report["by_group"].items())])
     table["removed_rate"] = ((table["exact"] + table["near"]) / table["in"].clip(lower=1)).round(6)
     fig, (ax,) = figure(9, 4)
-    ax.bar(table["group"], table["exact"] / table["in"].clip(lower=1), color="#d43", label="exact")
+    ax.bar(table["group"], table["exact"] / table["in"].clip(lower=1), color="#d43", label="normalised-exact")
     ax.bar(
         table["group"],
         table["near"] / table["in"].clip(lower=1),
