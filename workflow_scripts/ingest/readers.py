@@ -4,8 +4,9 @@ A reader yields ``[line, raw]`` units: ``line`` is the 1-based line number (parq
 ``raw`` the undecoded line bytes (jsonl, txt) or the row dict (parquet); it holds no unit once handed out,
 so that the caller can let go of a long line as soon as it is decoded. A decoder turns ``raw`` into
 ``(text, vendor_id, meta)`` or raises :class:`Reject` naming the reason. Damaged data (a truncated or corrupt
-gzip/zstd stream, an unreadable parquet file or row group) ends a file with one last unit whose ``raw`` is an
-:class:`Unreadable`: the line where the unreadable rest starts, with the byte offset and the error.
+gzip/zstd stream, a 0-byte compressed file, binary data, an unreadable parquet file or row group) ends a file
+with one last unit whose ``raw`` is an :class:`Unreadable`: the line where the unreadable rest starts, with
+the byte offset and the error.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from workflow_scripts.core.fsio import open_binary, read_position
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 PARQUET_BATCH_ROWS = 1024
 SCAN = 1 << 20  # a long line or text is examined in slices of this many bytes or characters, never copied
+SNIFF = 8192  # a text file's first bytes that must hold no NUL byte
 
 Decoded = tuple[str, str | None, dict[str, Any]]
 READ_ERRORS = (OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError)
@@ -101,18 +103,31 @@ def _describe(exc: Exception, path: str, what: str) -> str:
 
 
 def _lines(path: str) -> Iterator[list[Any]]:
-    """The lines of a (possibly compressed) file; a partial last line before damage is not handed out."""
+    """The lines of a (possibly compressed) file; a partial last line before damage is not handed out, and
+    a file that is no text at all (see :func:`_not_text`) is one unreadable rest from line 1."""
+    what = {"gz": "gzip stream", "zst": "zstd stream"}.get(_compression(path), "data")
     with open_binary(path) as fh:
         lines = _Numbered(fh)
         try:
-            yield from lines
-            return
+            problem = _not_text(path, fh, what)
+            if problem is None:
+                yield from lines
+                return
+            rest = Unreadable(0, 0, problem)
         except READ_ERRORS as exc:
             if not _is_damage(exc):
                 raise
-            what = {"gz": "gzip stream", "zst": "zstd stream"}.get(_compression(path), "data")
             rest = Unreadable(read_position(fh), lines.size, _describe(exc, path, what))
         yield [lines.n + 1, rest]
+
+
+def _not_text(path: str, fh: Any, what: str) -> str | None:
+    """Why a file cannot hold text lines, judged by its size and its first decoded bytes, or ``None``: a
+    0-byte compressed file (a valid stream of nothing has a header), binary data (a NUL byte)."""
+    if what != "data" and os.path.getsize(path) == 0:
+        return f"empty file: 0 bytes is no {what}"
+    nul = fh.peek(SNIFF)[:SNIFF].find(b"\0")
+    return None if nul < 0 else f"binary data, not text (a NUL byte at byte {nul} of the data)"
 
 
 class _Numbered:

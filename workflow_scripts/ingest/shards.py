@@ -24,7 +24,8 @@ Output in ``D``: ``{lang}_{domain}_{subdomain}_split_{NNNN}.jsonl[.zst]`` shards
 - Rejects go to ``quarantine.jsonl`` as ``{file, line, reason, raw}`` (file: the input file name, raw: its
   first 1000 bytes); reasons are :data:`REJECT_REASONS`. ``strict`` turns the first reject into
   :class:`RejectedRecordError` (message ``{path}:{line}: rejected record ({reason})``).
-- Damaged input (a truncated or corrupt ``.gz``/``.zst`` stream, an unreadable parquet file or row group):
+- Damaged input (a truncated or corrupt ``.gz``/``.zst`` stream, a 0-byte ``.gz``/``.zst``, a text file
+  whose first bytes hold a NUL byte (binary data), an unreadable parquet file or row group):
   every complete record before the damage is kept, the rest of the file (a partial last line included) is
   one reject ``unreadable_rest`` with ``raw`` empty and ``offset`` (the byte of the file, compressed, where
   reading failed), ``data_offset`` (where the rest starts in the decompressed data; null for parquet) and
@@ -34,7 +35,8 @@ Output in ``D``: ``{lang}_{domain}_{subdomain}_split_{NNNN}.jsonl[.zst]`` shards
   ``stats.json`` is written last.
 - ``stats.json``: group, lang, domain, subdomain, files, bytes_in (on disk), docs_in, docs_out, rejected
   (every reason -> count), shards ``[{name, docs, bytes (uncompressed)}]``, inputs ``[{path, format, bytes,
-  docs_in, docs_out}]``, options. ``docs_in == docs_out + sum(rejected)`` is always checked.
+  docs_in, docs_out, rejected (its reasons -> count), unreadable (the error of its unreadable rest, or
+  null)}]``, options. ``docs_in == docs_out + sum(rejected)`` is always checked.
 """
 
 from __future__ import annotations
@@ -280,17 +282,21 @@ def _ingest_file(
     source = os.path.basename(path)
     lang, domain, subdomain = group
     decode = make_decoder(fmt, opts.text_key, opts.id_key)
+    mine: collections.Counter[str] = collections.Counter()  # this file's rejects, by reason
+    unreadable: str | None = None
 
     def one(unit: list[Any]) -> int:
         """Write the record of one unit, or quarantine it; return the documents written (0 or 1).
 
         The unit is emptied: a long line is let go of once decoded (only its quarantine preview is kept)."""
+        nonlocal unreadable
         line, raw = unit
         unit.clear()
         if isinstance(raw, Unreadable):
             if opts.strict:
                 raise raw.failure(path, fmt, line)
-            rejected["unreadable_rest"] += 1
+            mine["unreadable_rest"] += 1
+            unreadable = raw.error
             entry = _quarantine_entry(source, line, "unreadable_rest", b"", **dataclasses.asdict(raw))
             quarantine.write(entry)
             return 0
@@ -302,7 +308,7 @@ def _ingest_file(
         except Reject as rej:
             if opts.strict:
                 raise RejectedRecordError(path, line, rej.reason) from None
-            rejected[rej.reason] += 1
+            mine[rej.reason] += 1
             quarantine.write(_quarantine_entry(source, line, rej.reason, raw))
             return 0
         record = {
@@ -325,7 +331,17 @@ def _ingest_file(
         progress.advance(0, 1)
     size = os.path.getsize(path)
     progress.advance(size)
-    return {"path": path, "format": fmt, "bytes": size, "docs_in": docs_in, "docs_out": docs_out}
+    for reason, count in mine.items():
+        rejected[reason] += count
+    return {
+        "path": path,
+        "format": fmt,
+        "bytes": size,
+        "docs_in": docs_in,
+        "docs_out": docs_out,
+        "rejected": dict(sorted(mine.items())),
+        "unreadable": unreadable,
+    }
 
 
 def _remove_stale_shards(out_dir: Path, prefix: str, keep: set[str]) -> None:
