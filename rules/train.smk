@@ -12,6 +12,9 @@ gather the run. ``train.detach: true`` submits the same segments as an sbatch ch
 """
 
 from workflow_scripts.train import detach
+from workflow_scripts.train.configs import preflight
+if not workflow.remote_exec and (trainer_problem := preflight.problem(config)):  # the base config vs batch, GPUs, seq_length
+    raise WorkflowError(f"config: {trainer_problem}")
 
 
 checkpoint train_config:

@@ -25,6 +25,7 @@ BASE = {
     "num_layers": 4,
     "hidden_size": 512,
     "num_attention_heads": 8,
+    "max_position_embeddings": SEQ,
     "seq_length": SEQ,
     "train_batch_size": BATCH,
     "train_micro_batch_size_per_gpu": 3,

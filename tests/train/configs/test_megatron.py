@@ -27,6 +27,7 @@ def test_megatron_arguments_chain_packs_by_phase_transitions(tmp_path: Path, mod
     base = tmp_path / "base.args"
     base.write_text(
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192\n"
+        "--max-position-embeddings 8192\n"
         "--global-batch-size 576 --micro-batch-size 3 --tensor-model-parallel-size 2\n"
         "--lr 1.6e-4 --lr-decay-style cosine --override-opt-param-scheduler\n"
     )
@@ -82,6 +83,7 @@ def test_seed_004_schedule_for_megatron_is_refused_naming_the_key(
     base = tmp_path / "base.args"
     base.write_text(
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192 --global-batch-size 576\n"
+        "--max-position-embeddings 8192\n"
         f"--micro-batch-size 3 --tensor-model-parallel-size 2 --lr 1e-4 {extra}\n"
     )
     train = {**SEED_000, "trainer": "megatron", "base_config": str(base), "checkpoint_rounds": rounds}
@@ -118,6 +120,7 @@ def test_a_schedule_that_differs_between_packs_is_refused_as_megatron_would(
     base = tmp_path / "base.args"
     base.write_text(
         "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 8192 --global-batch-size 576\n"
+        "--max-position-embeddings 8192\n"
         "--micro-batch-size 3 --tensor-model-parallel-size 2 --lr 1.6e-4 --lr-decay-style cosine\n"
     )
     train = {**SEED_000, "trainer": "megatron", "base_config": str(base), "phase_overrides": {}, **keys}
@@ -268,7 +271,9 @@ def test_the_checkpoint_format_is_torch_dist_and_another_is_refused_with_hugging
         write_from_hf(tmp_path / "a", model, LLAMA, legacy)
     base = tmp_path / "base.args"
     for text, expected in ((legacy, "torch"), (FROM_HF_BASE, "torch_dist")):
-        base.write_text("--num-layers 4 --hidden-size 512 --num-attention-heads 8 " + text)
+        base.write_text(
+            "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --max-position-embeddings 8192 " + text
+        )
         train = {**SEED_000, "trainer": "megatron", "base_config": str(base), "phase_overrides": {}}
         write_pack_config(
             plan(tmp_path / "merged"), signature(3), "warmup_0", str(base), TrainSettings.from_config(train),

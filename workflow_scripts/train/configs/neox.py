@@ -22,7 +22,10 @@ def read_base(path: str) -> dict[str, Any]:
     """The base GPT-NeoX YAML config as a dict (keys normalised to underscores, as GPT-NeoX does)."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    data = yaml.safe_load(text) or {}
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a GPT-NeoX config must be a YAML mapping")
     return {k.replace("-", "_"): v for k, v in data.items()}

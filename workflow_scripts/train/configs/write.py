@@ -26,7 +26,7 @@ from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.train import lint, summary
-from workflow_scripts.train.configs import megatron, neox
+from workflow_scripts.train.configs import megatron, neox, preflight
 from workflow_scripts.train.configs.checks import ConfigError, check_base, check_eod
 from workflow_scripts.train.configs.keys import pack_keys
 from workflow_scripts.train.settings import TrainSettings
@@ -54,15 +54,13 @@ def write_pack_config(
     if pack_name not in names:
         raise ConfigError(f"pack {pack_name} is not in the plan (packs: {', '.join(names)})")
     index = names.index(pack_name)
-    base = (neox if train.trainer == "neox" else megatron).read_base(base_path)
-    layout = check_base(base, plan, train, base_path)
+    base, model = preflight.read_base(base_path, train, plan.seq_length)
+    layout = check_base(base | model, plan.seq_length, plan.global_batch_size, train, base_path)
     eod = check_eod(signature, tokenizer, train.trainer)
     sft_epochs = train.sft_epochs if sft else None
     keys = pack_keys(plan, index, train, checkpoints, tokenizer, seed, sft_epochs)
-    if train.init_hf:
-        model_keys = neox.hf_model_keys if train.trainer == "neox" else megatron.hf_model_args
-        for key, value in model_keys(base, train.init_hf, base_path, plan.seq_length).items():
-            keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
+    for key, value in model.items():
+        keys.set(key, value, f"the model's config.json (train.init_from.hf: {train.init_hf})")
     replaced = {k: base[k] for k in keys.values if k in base and base[k] != keys.values[k]}
     paths = TrainLayout(out_dir.rstrip("/"))
     path = paths.config(pack_name, ".yml" if train.trainer == "neox" else ".args")
