@@ -11,7 +11,7 @@ import pandas as pd
 from workflow_scripts.core import naming
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
-from workflow_scripts.report.charts import Chart, colors, figure
+from workflow_scripts.report.charts import Chart, colors, figure, message_figure
 
 # Beyond this many sources the epochs chart's rows are groups (100,000 rows cannot be drawn).
 MAX_SOURCE_ROWS = 60
@@ -190,8 +190,25 @@ def checkpoints(plan: Plan, configs: pd.DataFrame) -> Chart:
     return Chart("checkpoints", "Slurm segments, hours and checkpoint disk", fig, table)
 
 
+NO_PACKS = "no packs: datapacks.phases is empty (a data-only run)"
+TITLES = {  # each chart's title, for a plan without packs
+    "schedule": "train_iters and offsets",
+    "tokens_by_language": "Tokens per pack, by language",
+    "tokens_by_domain": "Tokens per pack, by domain",
+    "epochs": "Epochs read of each source, per phase",
+    "mixture": "Mixture: target shares against what the packs got",
+    "checkpoints": "Slurm segments, hours and checkpoint disk",
+}
+
+
 def charts(plan: Plan, mixtures: dict[str, dict[str, Any]], configs: pd.DataFrame | None) -> list[Chart]:
-    """Every chart of the plan section (the checkpoint chart only with the trainer configs)."""
+    """Every chart of the plan section (the checkpoint chart only with the trainer configs); a plan without
+    packs gets each chart as a line that says so."""
+    if not plan.packs:
+        names = list(TITLES) if configs is not None else list(TITLES)[:-1]
+        return [
+            Chart(n, TITLES[n], message_figure(NO_PACKS), pd.DataFrame({"note": [NO_PACKS]})) for n in names
+        ]
     made = [
         schedule(plan),
         stacked_tokens(plan, "lang"),
