@@ -113,6 +113,22 @@ def test_the_sample_and_a_run_without_a_base_config_pass() -> None:
     assert preflight.check(sample(train={"base_config": None, "gpus_per_node": 8})) is None
 
 
+def test_a_phase_override_of_the_batch_is_checked_too() -> None:
+    """A phase's keys win over the base config's in its packs: they must split the batch as well."""
+    phase = {"phase_overrides": {"cooldown": {"train_micro_batch_size_per_gpu": 8}}}
+    assert problem({"train": phase}) == (
+        "training.global_batch_size 8 must equal train_micro_batch_size_per_gpu 8 x "
+        f"gradient_accumulation_steps 2 x data parallel 1 = 16 ({NEOX_BASE} with "
+        "train.phase_overrides.cooldown; data parallel = train.nodes 1 x train.gpus_per_node 1 / "
+        "(model_parallel_size 1 x pipe_parallel_size 1)), as GPT-NeoX requires. Would work: "
+        "training.global_batch_size 16, or train_micro_batch_size_per_gpu 4, or gradient_accumulation_steps 1"
+    )
+    assert problem({"train": {"first_pack": {"seq_length": 256}}}) == (
+        f"{NEOX_BASE} with train.first_pack: seq_length 256, but the plan uses training.seq_length 512: "
+        "leave seq_length out (the workflow sets it from training.seq_length), or set it to 512"
+    )
+
+
 def test_a_missing_base_config_is_named() -> None:
     assert problem({"train": {"base_config": "config/train/nothing.yml"}}) == (
         "train.base_config: config/train/nothing.yml is not a file"

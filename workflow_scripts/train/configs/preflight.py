@@ -33,13 +33,19 @@ def read_base(base_path: str, train: TrainSettings, seq_length: int) -> tuple[di
 
 def check(config: dict[str, Any]) -> dict[str, int] | None:
     """The parallel layout of the run's trainer configs (None without ``train.base_config``); an error
-    naming the keys where the trainer would refuse them."""
+    naming the keys where the trainer would refuse them: of the base config, and of the base config with
+    the keys that win over it in some packs (``train.first_pack``, ``later_packs``, ``phase_overrides``)."""
     train = TrainSettings.from_config(config["train"])
     if not train.base_config:
         return None
     seq_length, batch = config["training"]["seq_length"], config["training"]["global_batch_size"]
     base, model = read_base(train.base_config, train, seq_length)
-    return check_base(base | model, seq_length, batch, train, train.base_config)
+    layout = check_base(base | model, seq_length, batch, train, train.base_config)
+    packs = {"train.first_pack": train.first_pack, "train.later_packs": train.later_packs}
+    packs |= {f"train.phase_overrides.{name}": keys for name, keys in train.phase_overrides.items()}
+    for where, keys in packs.items():
+        check_base(base | model | keys, seq_length, batch, train, f"{train.base_config} with {where}")
+    return layout
 
 
 def problem(config: dict[str, Any]) -> str | None:
