@@ -6,7 +6,7 @@ the plan's; the base config's own values must agree): the positions (``max_posit
 (global = micro batch x gradient accumulation x data parallel), the heads (x head size = hidden size); and the
 data (the EOD the trainer will use must be the one the data ends with: GPT-NeoX's ``SPMTokenizer`` uses
 ``<|endoftext|>``, or ``<unk>`` when the model lacks it). Each error names the config's keys and the base
-config's, and the values that would work. ``preflight`` runs the same checks before any job.
+config's, and the values that would work. ``preflight`` runs them (the EOD aside) before any job.
 """
 
 from __future__ import annotations
