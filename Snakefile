@@ -79,3 +79,29 @@ rule all:
         get_merged_packs,
         TRAIN_LAYOUT.file(train_layout.CONFIGS_MD) if config["train"]["base_config"] else [],
         report_pages,  # the charts of `snakemake --report report.html` (seconds)
+
+
+# The run's last lines (workflow_scripts/core/run_summary.py): what was read, kept and rejected, where the
+# outputs are and the next command; a failed run names the failed jobs' logs. None after a dry run, or when
+# nothing was to be done (Snakemake calls neither handler then, nor in cluster jobs).
+def run_places():
+    from workflow_scripts.core.run_summary import Places
+
+    return Places(OUT, LOGS, SHARDS, DEDUP, TOK, MERGED, TRAIN_LAYOUT.file(train_layout.CONFIGS_MD), REPORT)
+
+
+onsuccess:
+    # A detached chain is submitted by every `snakemake train` (what is done or still queued is kept): the mark
+    # of a submission goes once the run succeeded (Snakemake keeps a temp() input of a target rule). Here, as
+    # Snakemake calls one onsuccess handler: the last one registered.
+    if os.path.exists(TRAIN_LAYOUT.detach_flag):
+        os.remove(TRAIN_LAYOUT.detach_flag)
+    from workflow_scripts.core import run_summary
+
+    run_summary.show(lambda: run_summary.done(run_places(), sys.argv, list(workflow.dag_settings.targets)))
+
+
+onerror:
+    from workflow_scripts.core import run_summary
+
+    run_summary.show(lambda: run_summary.failed(run_places(), log))
