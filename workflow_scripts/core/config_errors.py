@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,3 +46,43 @@ def explain(error: Any, schema_file: str = "config/schema.yaml") -> str:
             f"{_short(error.instance)} is not valid here ({error.validator}: {_short(error.validator_value)})"
         )
     return f"config: {where or 'the configuration'}: {message}; see {schema_file}"
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+# The last line of Snakemake's traceback when a --configfile does not exist (common/configfile.py).
+MISSING_CONFIGFILE = re.compile(
+    r"^FileNotFoundError: \[Errno 2\] No such file or directory: '(?P<path>.+)'$", re.M
+)
+
+
+def configfile_not_found(path: str) -> str:
+    """One line for a ``--configfile`` that does not exist; a name without a config suffix is taken for a
+    target given after ``--configfile`` (argparse reads every name after it as a config file)."""
+    if path.endswith(CONFIG_SUFFIXES):
+        return f"config file '{path}' not found"
+    return (
+        f"config file '{path}' not found: a target after --configfile is read as a config file; put targets "
+        "before --configfile or use --configfile F --"
+    )
+
+
+class MissingConfigfile(logging.Filter):
+    """On Snakemake's logger (``snakemake.logging``): its traceback for a missing ``--configfile`` becomes
+    ``configfile_not_found``'s line. Snakemake reads the config files before the Snakefile, so this must be
+    in place before its command line is read (``install_missing_configfile``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if getattr(record, "exception", None) == "FileNotFoundError" and "load_configfile" in text:
+            found = MISSING_CONFIGFILE.search(text)
+            if found is not None:
+                record.msg, record.args = configfile_not_found(found["path"]), ()
+                record.event = None  # a plain message for Snakemake's formatter
+        return True
+
+
+def install_missing_configfile() -> None:
+    """Add ``MissingConfigfile`` to Snakemake's logger, once (cheap: it imports nothing of Snakemake)."""
+    logger = logging.getLogger("snakemake.logging")
+    if not any(isinstance(f, MissingConfigfile) for f in logger.filters):
+        logger.addFilter(MissingConfigfile())
