@@ -11,11 +11,14 @@ import shutil
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from tests.utils import Workflow, tail, write_jsonl
-from workflow_scripts.core import run_summary, train_layout
+from workflow_scripts.core import run_summary, stage_stats, train_layout
+from workflow_scripts.ingest.shards import IngestSettings, ingest
 
 pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
 
@@ -151,3 +154,35 @@ def test_a_finished_tree_names_plan_packs_configs_and_the_training_command(
     )
     assert lines[-1] == "  next      snakemake --profile profiles/local (the rest of the run)"
     assert len(lines) <= 15
+
+
+def test_files_that_gave_nothing_come_first_and_a_parquet_without_the_text_key_is_told_so(
+    tmp_path: Path,
+) -> None:
+    """Real ingest stats: a parquet whose column is not the text key, a binary .jsonl, a cut .gz."""
+    raw = tmp_path / "raw"
+    corpus(raw)
+    pq.write_table(pa.table({"content": ["one", "two", "three"]}), raw / "en_web_rows.parquet")
+    shards = tmp_path / "results" / "shards"
+    files = sorted(p for p in raw.iterdir() if p.name != "en_web_void.jsonl.gz")
+    ingest(
+        files,
+        shards / "en_web_cc",
+        IngestSettings(shard_size=1 << 20, lang="en", domain="web", subdomain="cc"),
+    )
+    parts = {"en_web_cc": orjson.loads((shards / "en_web_cc" / "stats.json").read_bytes())}
+    (shards / "stats.json").write_bytes(orjson.dumps(stage_stats.combine("ingest", parts)))
+    places = run_summary.Places(*(str(tmp_path / n) for n in ("results", "logs", "results/shards")), *"abcde")
+    lines = run_summary.done(places, ["snakemake"], [])
+    assert lines[1].endswith(" 5 rejected (missing_text 3, unreadable_rest 2)"), lines
+    assert (
+        lines[2]
+        == f"    {raw}/en_web_rows.parquet: all 3 rejected (missing_text 3); no record has a text key:"
+        " is the source's text_key right?"
+    )
+    assert lines[3].startswith(
+        f"    {raw}/en_web_image.jsonl: all 1 rejected (unreadable_rest 1); binary data"
+    )
+    assert lines[4].startswith(
+        f"    {raw}/en_web_cut.jsonl.gz: 1 rejected (unreadable_rest 1); truncated gzip"
+    )

@@ -103,14 +103,17 @@ def _ingest(shards: str) -> list[str]:
         f"  ingest    {len(inputs):,} files, {stage['docs_in']:,} docs read: {stage['docs_out']:,} kept,"
         f" {rejected:,} rejected{_reasons(stage['rejected'])}"
     ]
-    worst = sorted(
-        (e for e in inputs if e["docs_in"] > e["docs_out"]), key=lambda e: e["docs_out"] - e["docs_in"]
+    worst = sorted(  # files that gave nothing first, then by documents lost
+        (e for e in inputs if e["docs_in"] > e["docs_out"]),
+        key=lambda e: (e["docs_out"] > 0, e["docs_out"] - e["docs_in"], e["path"]),
     )
     for entry in worst[:WORST]:
         lost = entry["docs_in"] - entry["docs_out"]
         whole = "all " if entry["docs_out"] == 0 else ""
         reasons = entry.get("rejected") or {}
         why = f"; {entry['unreadable'][:ERROR_CHARS]}" if entry.get("unreadable") else ""
+        if whole and set(reasons) == {"missing_text"}:
+            why = "; no record has a text key: is the source's text_key right?"
         lines.append(f"    {_shown(entry['path'])}: {whole}{lost:,} rejected{_reasons(reasons)}{why}")
     if len(worst) > WORST:
         lines.append(f"    and {len(worst) - WORST} more files with rejects")
