@@ -11,16 +11,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.utils import Workflow, tail
+from tests.utils import REPO, Workflow, tail
 from workflow_scripts.train.configs import preflight
 
 MEGATRON = {"trainer": "megatron", "base_config": "config/train/megatron-sample.args"}
 NEOX_BASE = "config/train/neox-sample.yml"  # micro batch 4, gradient_accumulation_steps 2, 512 positions
 
 
+@pytest.fixture(autouse=True)
+def in_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config's paths (``train.base_config``) are the checkout's, as Snakemake reads them."""
+    monkeypatch.chdir(REPO)
+
+
 def sample(**sections: dict) -> dict:
     """The sample's config with ``sections`` laid over it, as Snakemake lays a second --configfile."""
-    config = yaml.safe_load(Path("config/sample.yaml").read_text())
+    config = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())
     for name, section in sections.items():
         config[name] = {**config.get(name, {}), **section}
     return config
