@@ -75,9 +75,14 @@ def test_a_run_with_bad_files_says_what_was_rejected_and_what_comes_next(
     assert {line.split(":")[0].strip() for line in worst} == {
         f"{tmp_path}/raw/en_web_{name}" for name in ("cut.jsonl.gz", "image.jsonl", "void.jsonl.gz")
     }
-    said = "\n".join(worst)
-    assert "all 1 rejected (unreadable_rest 1); empty file: 0 bytes is no gzip stream" in said
-    assert "binary data, not text" in said and "truncated gzip stream" in said
+    void, image, cut = (
+        f"    {tmp_path}/raw/en_web_{n}: " for n in ("void.jsonl.gz", "image.jsonl", "cut.jsonl.gz")
+    )
+    assert void + "unreadable from the start: empty file: 0 bytes is no gzip stream" in worst
+    assert any(line.startswith(image + "unreadable from the start: binary data, not text") for line in worst)
+    assert any(
+        re.match(re.escape(cut) + r"unreadable from line [\d,]+: truncated gzip", line) for line in worst
+    )
     assert lines[5] == "    quarantined: results/shards/<group>/quarantine.jsonl (file, line, reason)"
     assert lines[-2] == "  logs      logs/ (one per job)"
     assert lines[-1].startswith(
@@ -175,14 +180,10 @@ def test_files_that_gave_nothing_come_first_and_a_parquet_without_the_text_key_i
     places = run_summary.Places(*(str(tmp_path / n) for n in ("results", "logs", "results/shards")), *"abcde")
     lines = run_summary.done(places, ["snakemake"], [])
     assert lines[1].endswith(" 5 rejected (missing_text 3, unreadable_rest 2)"), lines
-    assert (
-        lines[2]
-        == f"    {raw}/en_web_rows.parquet: all 3 rejected (missing_text 3); no record has a text key:"
-        " is the source's text_key right?"
+    assert lines[2] == (
+        f"    {raw}/en_web_rows.parquet: 3 of 3 records rejected (missing_text 3);"
+        " no record has a text key: is the source's text_key right?"
     )
-    assert lines[3].startswith(
-        f"    {raw}/en_web_image.jsonl: all 1 rejected (unreadable_rest 1); binary data"
-    )
-    assert lines[4].startswith(
-        f"    {raw}/en_web_cut.jsonl.gz: 1 rejected (unreadable_rest 1); truncated gzip"
-    )
+    assert lines[3].startswith(f"    {raw}/en_web_image.jsonl: unreadable from the start: binary data")
+    assert lines[4].startswith(f"    {raw}/en_web_cut.jsonl.gz: unreadable from line ")
+    assert "truncated gzip" in lines[4]

@@ -107,19 +107,30 @@ def _ingest(shards: str) -> list[str]:
         (e for e in inputs if e["docs_in"] > e["docs_out"]),
         key=lambda e: (e["docs_out"] > 0, e["docs_out"] - e["docs_in"], e["path"]),
     )
-    for entry in worst[:WORST]:
-        lost = entry["docs_in"] - entry["docs_out"]
-        whole = "all " if entry["docs_out"] == 0 else ""
-        reasons = entry.get("rejected") or {}
-        why = f"; {entry['unreadable'][:ERROR_CHARS]}" if entry.get("unreadable") else ""
-        if whole and set(reasons) == {"missing_text"}:
-            why = "; no record has a text key: is the source's text_key right?"
-        lines.append(f"    {_shown(entry['path'])}: {whole}{lost:,} rejected{_reasons(reasons)}{why}")
+    lines += [f"    {_shown(entry['path'])}: {_file(entry)}" for entry in worst[:WORST]]
     if len(worst) > WORST:
         lines.append(f"    and {len(worst) - WORST} more files with rejects")
     if rejected:
         lines.append(f"    quarantined: {_shown(shards)}/<group>/quarantine.jsonl (file, line, reason)")
     return lines
+
+
+def _file(entry: dict[str, Any]) -> str:
+    """What one input lost: its records rejected by reason, and where it became unreadable and why."""
+    error = entry.get("unreadable")
+    reasons = {
+        r: n for r, n in (entry.get("rejected") or {}).items() if not (error and r == "unreadable_rest")
+    }
+    records = entry["docs_in"] - bool(error)  # the unreadable rest is one unit, not a record
+    said = []
+    if records and (reasons or not error):
+        said.append(f"{records - entry['docs_out']:,} of {records:,} records rejected{_reasons(reasons)}")
+    if entry["docs_out"] == 0 and set(reasons) == {"missing_text"}:
+        said.append("no record has a text key: is the source's text_key right?")
+    if error:
+        start = f"line {records + 1:,}" if records else "the start"
+        said.append(f"unreadable from {start}: {error[:ERROR_CHARS]}")
+    return "; ".join(said)
 
 
 def _stage(name: str, path: Path, dropped: str) -> list[str]:
