@@ -13,8 +13,12 @@ from snakemake.utils import min_version, validate
 
 sys.path.insert(0, workflow.basedir)  # the workflow_scripts package of this checkout
 
+from workflow_scripts.core import snakemake_lines
 from workflow_scripts.core.config_errors import explain
 from workflow_scripts.core.slurm_plan import SlurmPlan
+
+# Progress that never goes back as checkpoints add jobs; a read-only output in one line, not a traceback.
+snakemake_lines.install(logging.getLogger("snakemake.logging"))
 
 min_version("9.0")
 

@@ -297,11 +297,7 @@ rule train_detach:
         " {input.pack_keys:q} 2>&1 | tee -a {log:q}"
 
 
-# A detached chain is submitted by every `snakemake train` (what is done or still queued is kept): the mark
-# of a submission goes once the run succeeded. (Snakemake keeps a temp() input of a target rule.)
-onsuccess:
-    if os.path.exists(TRAIN_LAYOUT.detach_flag):
-        os.remove(TRAIN_LAYOUT.detach_flag)
+# The mark of a detached submission (train_detach) is removed by the Snakefile's onsuccess.
 
 
 rule status:
