@@ -12,7 +12,11 @@
 # visible to squeue long enough for that mode.
 #
 # All daemons run as root and write their PID files to /run/slurm-local/;
-# `stop` only kills processes named in those files.
+# `stop` only kills processes named in those files. The cluster has its own
+# name and ports (CLUSTER, CTLD_PORT, SLURMD_PORT below, not Slurm's defaults);
+# `start` records them with its configuration in /run/slurm-local/cluster
+# (STATE), which `stop` removes: the tests use the cluster named there and no
+# other (tests/slurm_client.py).
 #
 # Environment:
 #   SLURM_LOCAL_TIMEOUT  seconds to wait for the node to become idle (default 60)
@@ -24,6 +28,10 @@ CONF=/etc/slurm/slurm.conf
 LOGDIR=/var/log/slurm
 TIMEOUT="${SLURM_LOCAL_TIMEOUT:-60}"
 PACKAGES=(slurmctld slurmd slurm-client munge)
+STATE="$PIDDIR/cluster"
+CLUSTER=snakepack-test
+CTLD_PORT=6917
+SLURMD_PORT=6918
 
 log() { printf '[slurm-local] %s\n' "$*" >&2; }
 die() { printf '[slurm-local] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -84,7 +92,7 @@ write_conf() {
     tmp="$(mktemp /etc/slurm/.slurm.conf.XXXXXX)"
     cat >"$tmp" <<EOF
 # Written by snakepack tests/slurm/local-cluster.sh -- single-node test cluster.
-ClusterName=localcluster
+ClusterName=$CLUSTER
 SlurmctldHost=localhost
 SlurmUser=root
 SlurmdUser=root
@@ -105,8 +113,8 @@ ReturnToService=2
 MinJobAge=300
 SlurmctldPidFile=$PIDDIR/slurmctld.pid
 SlurmdPidFile=$PIDDIR/slurmd.pid
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=$LOGDIR/slurmctld.log
@@ -146,6 +154,18 @@ wait_idle() {
     return 1
 }
 
+# write_state: record the running cluster (name and port as its configuration gives them) for the tests
+write_state() {
+    local name port tmp
+    name="$(sed -n 's/^ClusterName=//p' "$CONF" | head -n1)"
+    port="$(sed -n 's/^SlurmctldPort=//p' "$CONF" | head -n1)"
+    tmp="$(mktemp "$PIDDIR/.cluster.XXXXXX")"
+    printf '%s\n' "# tests/slurm/local-cluster.sh start: the test cluster (removed by stop)" \
+        "conf=$CONF" "cluster=$name" "port=${port:-6817}" "pidfile=$PIDDIR/slurmctld.pid" >"$tmp"
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$STATE"
+}
+
 cmd_start() {
     require_root
     local t0=$SECONDS
@@ -158,6 +178,7 @@ cmd_start() {
             idle|mix|mixed|alloc|allocated|comp|completing)
                 # healthy; maybe busy with someone else's jobs -- leave it alone
                 log "already running, node localhost '$state' -- nothing to do"
+                write_state
                 return 0 ;;
         esac
         log "daemons running but node is '${state:-<no answer>}' -- restarting them"
@@ -169,12 +190,14 @@ cmd_start() {
     start_munge
     install -d -m 0755 /var/spool/slurmctld /var/spool/slurmd "$LOGDIR"
     write_conf
+    rm -f /var/spool/slurmctld/clustername  # the saved state's name: -c discards that state anyway
     /usr/sbin/slurmctld -c        # forks; -c discards old saved state
     /usr/sbin/slurmd -N localhost # forks
     log "started slurmctld and slurmd; waiting up to ${TIMEOUT}s for node localhost to be idle"
     if ! wait_idle; then
         die "node localhost did not become idle within ${TIMEOUT}s"
     fi
+    write_state
     log "node localhost idle after $(( SECONDS - t0 ))s (slurmctld pid $(cat "$PIDDIR/slurmctld.pid"), slurmd pid $(cat "$PIDDIR/slurmd.pid" 2>/dev/null || echo '?'))"
     sinfo
 }
@@ -208,6 +231,7 @@ stop_daemons() {
 
 cmd_stop() {
     require_root
+    rm -f "$STATE"
     if pid_alive slurmctld; then
         timeout 10 scancel --user=root 2>/dev/null || true
     fi
