@@ -42,12 +42,14 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVES = Path(os.environ.get("SNAKEPACK_TRAINERS") or REPO.parent / "shared" / "trainers")
 CACHE = Path(os.environ.get("SNAKEPACK_TRAINERS_CACHE") or Path.home() / ".cache" / "snakepack" / "trainers")
+KEEP = int(os.environ.get("SNAKEPACK_TRAINERS_KEEP") or 2)  # builds kept per kind (about 2 GB each)
 
 TREES = {  # the name tests use -> the archive's name before the commit
     "neox": "gpt-neox",
@@ -212,6 +214,7 @@ def trainers() -> Trainers:
             shutil.rmtree(root, ignore_errors=True)
             build(root, found)
             (root / "ready").write_text("\n".join(p.name for p in found) + "\n")
+        drop_least_recently_used(root, lambda p: not p.name.startswith("bridge-"))
     return Trainers(root)
 
 
@@ -235,7 +238,22 @@ def bridge() -> Bridge:
             shutil.rmtree(root, ignore_errors=True)
             build_bridge(root)
             (root / "ready").write_text(pins + "\n")
+        drop_least_recently_used(root, lambda p: p.name.startswith("bridge-"))
     return Bridge(root)
+
+
+def drop_least_recently_used(root: Path, same_kind: Callable[[Path], bool]) -> None:
+    """Mark ``root`` used (its ``ready`` file's time) and remove the builds of its kind beyond the ``KEEP``
+    most recently used, each only while no one holds its lock."""
+    os.utime(root / "ready")
+    builds = [p for p in CACHE.iterdir() if (p / "ready").is_file() and same_kind(p)]
+    for other in sorted(builds, key=lambda p: (p / "ready").stat().st_mtime, reverse=True)[KEEP:]:
+        with open(CACHE / f"{other.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being built or checked now
+            shutil.rmtree(other, ignore_errors=True)
 
 
 if __name__ == "__main__":

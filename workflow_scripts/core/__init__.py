@@ -12,10 +12,10 @@
 - ``stage_stats``: a stage's ``stats.json`` and the one balance check (in = out + dropped);
 - ``cli``: the error convention (a user error is one line and exit status 2); ``config_errors``: one-line
   configuration errors;
-- ``runtime``: how rule jobs find this package's interpreter, and small Snakemake helpers;
-- ``batches``: per-shard stages as batch jobs that redo only their changed members; ``versioned``: what the
-  rules' input functions read, computed once per version of a file or folder; ``slurm_plan``: what a dry
-  run under a Slurm profile would submit;
+- ``runtime``: how rule jobs find this package's interpreter, and small Snakemake helpers; ``slurm_plan``:
+  what a dry run under a Slurm profile would submit; ``snakemake_lines``: filters on Snakemake's own
+  terminal lines (progress that never goes back, a read-only output in one line); ``run_summary``: what a
+  run read, kept and rejected, where its outputs are and the next command, at its end;
 - ``schedule``: the training-schedule arithmetic the runbooks did by hand;
 - ``progress``: progress bars, periodic log lines and a job's summary line; ``cache``: the user's cache of
   derived data;
