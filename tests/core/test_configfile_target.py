@@ -20,10 +20,12 @@ TARGET_HINT = (
 
 def snakemake(*args: str, hook: bool) -> subprocess.CompletedProcess:
     """Snakemake's own command line in this checkout, with the hook installed first or not."""
-    code = "import sys\n"
+    code = "import logging, sys\n"
     if hook:
         code += "from workflow_scripts.core.config_errors import install_missing_configfile\n"
         code += "install_missing_configfile()\n"
+    else:  # .ci/setup's .pth file installed it at this interpreter's start: taken off again
+        code += "logging.getLogger('snakemake.logging').filters.clear()\n"
     code += "from snakemake.cli import main\nmain(sys.argv[1:])\n"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=REPO, env=snakemake_env(), capture_output=True, text=True
@@ -45,3 +47,15 @@ def test_a_target_after_configfile(hook: bool) -> None:
         assert "Traceback" in out and "FileNotFoundError" in out
         return
     assert out.strip().splitlines()[-1] == TARGET_HINT and "Traceback" not in out, out
+
+
+@pytest.mark.workflow
+def test_the_set_up_snakemake_says_it_in_one_line() -> None:
+    """The venv .ci/setup made: its .pth file installs the hook whenever --configfile is given."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--configfile", "config/sample.yaml", "plan", "-n"],
+        cwd=REPO, env=snakemake_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1] == TARGET_HINT, out
