@@ -66,7 +66,12 @@ def _stand_in_slurmctld(tmp_path: Path) -> subprocess.Popen:
     """A live process named slurmctld (a copy of sleep): the pid a state file names."""
     binary = tmp_path / "slurmctld"
     shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
-    return subprocess.Popen([str(binary), "600"])
+    process = subprocess.Popen([str(binary), "600"])
+    comm = Path(f"/proc/{process.pid}/comm")
+    deadline = time.monotonic() + 10
+    while comm.read_text().strip() != "slurmctld" and time.monotonic() < deadline:
+        time.sleep(0.01)  # Popen returns before the child has exec'd: until then it has Python's name
+    return process
 
 
 def _state(tmp_path: Path, conf: str, pid: int, name: str = "t", port: int = 1) -> Path:
