@@ -5,6 +5,7 @@ the unit memo."""
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,18 @@ def test_the_texts_left_to_sentencepiece_are_named_in_a_batch_with_a_long_one(
     assert encoded.routed == [2]
     assert split(encoded)[2] == tok.sp.encode(batch[2])
     assert encoder.encode(["<s>", "x"]).routed == [0]
+
+
+def test_threads_encode_as_many_batches_at_once(tmp_path: Path) -> None:
+    """With ``threads`` threads the stage hands the engine that many batches at once, each encoded on its
+    caller's thread; concurrent batches still get SentencePiece's ids."""
+    model = train(**ours("bpe"))
+    engine, note = SpGigatoken.start(loaded(model, tmp_path))
+    assert engine is not None, note
+    engine = engine.on_threads(2)
+    assert engine.concurrent_calls == 2
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    batches = [docs(seed) for seed in range(4)]
+    with ThreadPoolExecutor(2) as pool:
+        for batch, encoded in zip(batches, pool.map(engine.encode, batches), strict=True):
+            assert split(encoded) == sp.encode(batch)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -105,32 +104,27 @@ class SpGigatoken(Encoder):
         engine.threads = threads
         return engine
 
+    @property
+    def concurrent_calls(self) -> int:
+        """One batch per thread: each call encodes on its own thread (``encode_batch(parallel=False)``), which
+        keeps both cores busier than one call at a time on gigatoken's pool."""
+        return self.threads
+
     def _encode(self, texts: Sequence[str], utf8: object, specials: bool) -> Encoded:
         routed = [i for i, t in enumerate(texts) if self.protect.search(t)] if self.protect else []
         if routed:
             texts = list(texts)
-            plain = self.tokenizer.sp.encode([texts[i] for i in routed], num_threads=self.threads)
+            plain = self.tokenizer.sp.encode([texts[i] for i in routed])
             for i in routed:
                 texts[i] = ""
-        if self.threads > 1:
-            ids, lengths = self._parallel(texts)
-        else:
-            docs = list(map(self.impl.encode, texts))
-            lengths = np.fromiter(map(len, docs), np.int64, len(docs))
-            ids = np.concatenate(docs) if docs else np.empty(0, np.uint32)
+        ids, lengths = flat(self.impl.encode_batch(list(texts), parallel=False))
         if routed:
             docs = split(ids, lengths)
             for i, doc in zip(routed, plain, strict=True):
                 docs[i] = np.asarray(doc, np.uint32)
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
             ids = np.concatenate(docs)
-        return Encoded(ids.astype(np.int32), lengths, routed)
-
-    def _parallel(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The batch on gigatoken's thread pool (``RAYON_NUM_THREADS``, set before its first use): ids and
-        lengths. Threads of ours calling ``encode`` would contend for its pretoken cache."""
-        os.environ.setdefault("RAYON_NUM_THREADS", str(self.threads))
-        return flat(self.impl.encode_batch(list(texts), parallel=True))
+        return Encoded(ids.view(np.int32), lengths, routed)  # ids < 2**31: the same values, no copy
 
     def stats(self, routed: int) -> dict[str, Any]:
         print(f"fast encoding: {self.name}, {routed:,} documents to SentencePiece", file=sys.stderr)
