@@ -5,6 +5,7 @@ the unit memo."""
 from __future__ import annotations
 
 import random
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.tokens.engines.test_sp_memo import EXACT, FALLBACK, ours, texts, trai
 from workflow_scripts.core import cache
 from workflow_scripts.tokens.engines import base, choose, sp_gigatoken
 from workflow_scripts.tokens.engines.base import Encoded
+from workflow_scripts.tokens.engines.ids import holding, utf8_batch
 from workflow_scripts.tokens.engines.sp_gigatoken import SpGigatoken
 from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.settings import TokenizeSettings
@@ -159,3 +161,27 @@ def test_threads_encode_as_many_batches_at_once(tmp_path: Path) -> None:
     with ThreadPoolExecutor(2) as pool:
         for batch, encoded in zip(batches, pool.map(engine.encode, batches), strict=True):
             assert split(encoded) == sp.encode(batch)
+
+
+def test_an_added_piece_is_found_in_its_text_only() -> None:
+    """The texts spelling an added piece are found in their UTF-8 back to back: a match across two texts
+    counts for neither, nor hides a match that starts inside it."""
+    pattern = re.compile(b"<s>|</s>|<\\|endoftext\\|>")
+    texts = ["x<", "s></s>", "plain", "<|endo", "ftext|>", "é<|endoftext|>"]
+    assert holding(pattern, *utf8_batch(texts)) == [1, 5]
+    assert holding(pattern, *utf8_batch(["a<", "s>b"])) == []
+    assert holding(re.compile(b"ab|bc"), *utf8_batch(["a", "bc"])) == [1]  # "ab" across, "bc" inside
+
+
+def test_the_reader_s_utf8_is_what_the_engine_encodes(tmp_path: Path) -> None:
+    """Given the texts' UTF-8 (as the reader reads it), the ids and the texts left to SentencePiece are the
+    same as from the strings."""
+    model = train(**ours("bpe"))
+    engine, note = SpGigatoken.start(loaded(model, tmp_path))
+    assert engine is not None and engine.reads_utf8, note
+    batch = [*docs(5), "a<", "s>b"]
+    from_strings, from_utf8 = engine.encode(batch), engine.encode(batch, utf8_batch(batch))
+    assert (
+        split(from_utf8) == split(from_strings) == spm.SentencePieceProcessor(model_proto=model).encode(batch)
+    )
+    assert from_utf8.routed == from_strings.routed and len(batch) - 2 not in from_utf8.routed

@@ -34,7 +34,7 @@ import numpy as np
 
 from workflow_scripts.core import cache
 from workflow_scripts.tokens.engines.base import Encoded, Encoder
-from workflow_scripts.tokens.engines.ids import flagged, flat, split, utf8_batch
+from workflow_scripts.tokens.engines.ids import flagged, flat, split, strings, utf8_batch
 from workflow_scripts.tokens.engines.probes import has_unassigned, probe, unassigned
 
 if TYPE_CHECKING:  # not at run time: the build starts before the tokenizers library is imported (prebuild)
@@ -213,15 +213,7 @@ class Gigatoken(Engine):
     def encode(
         self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        import awkward as ak
-
-        blob, sizes = utf8 or utf8_batch(texts)
-        offsets = np.zeros(len(sizes) + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
-        string = {"__array__": "string"}
-        strings = ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters=string)
-        ids, lengths = flat(self.impl.encode_batch(ak.Array(strings)))
+        ids, lengths = flat(self.impl.encode_batch(strings(*(utf8 or utf8_batch(texts)))))
         return ids.astype(np.int32), lengths
 
 

@@ -3,6 +3,7 @@ texts as UTF-8 back to back, and gigatoken's results as flat arrays."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,3 +46,31 @@ def flat(batch: Any) -> tuple[np.ndarray, np.ndarray]:
     layout = batch.layout
     offsets = np.asarray(layout.offsets.data, np.int64)
     return np.asarray(layout.content.data)[offsets[0] : offsets[-1]], np.diff(offsets)
+
+
+def strings(blob: bytes, sizes: np.ndarray) -> Any:
+    """The texts whose UTF-8 ``blob`` holds back to back, as an awkward array of strings over ``blob``
+    (no copy): what gigatoken's ``encode_batch`` reads without a Python object per text."""
+    import awkward as ak  # as gigatoken's results: imported on first use
+
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    chars = ak.contents.NumpyArray(np.frombuffer(blob, np.uint8), parameters={"__array__": "char"})
+    return ak.Array(
+        ak.contents.ListOffsetArray(ak.index.Index64(offsets), chars, parameters={"__array__": "string"})
+    )
+
+
+def holding(pattern: re.Pattern[bytes], blob: bytes, sizes: np.ndarray) -> list[int]:
+    """The texts (indices) whose UTF-8, held back to back in ``blob``, holds a match of ``pattern``: one
+    search a text at most, a match across two texts counts for neither."""
+    ends = np.cumsum(sizes)
+    found, pos = [], 0
+    while match := pattern.search(blob, pos):
+        text = int(np.searchsorted(ends, match.start(), side="right"))
+        if match.end() <= ends[text]:
+            found.append(text)
+            pos = int(ends[text])
+        else:
+            pos = match.start() + 1
+    return found

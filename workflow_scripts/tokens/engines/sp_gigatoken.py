@@ -31,7 +31,7 @@ import numpy as np
 
 from workflow_scripts.core import cache
 from workflow_scripts.tokens.engines.base import Encoded, Encoder
-from workflow_scripts.tokens.engines.ids import flat, split
+from workflow_scripts.tokens.engines.ids import flat, holding, split, strings, utf8_batch
 from workflow_scripts.tokens.engines.probes import SP_PROBES, probe
 from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.model_proto import read_options
@@ -53,13 +53,16 @@ def added_tokens(data: str) -> list[str]:
 
 
 class SpGigatoken(Encoder):
-    """gigatoken over a SentencePiece BPE model; ``start`` says whether it is exact and why not."""
+    """gigatoken over a SentencePiece BPE model; ``start`` says whether it is exact and why not. It reads the
+    texts' UTF-8 as one buffer (the reader's), no object each."""
+
+    reads_utf8 = True
 
     def __init__(self, tokenizer: SentencePieceTokenizer, impl: Any, version: str, added: list[str]) -> None:
         super().__init__(tokenizer, 1, "")
         self.impl = impl
         self.name = f"gigatoken {version}"
-        self.protect = re.compile("|".join(map(re.escape, added))) if added else None
+        self.protect = re.compile(b"|".join(re.escape(a.encode()) for a in added)) if added else None
 
     @classmethod
     def start(cls, tokenizer: SentencePieceTokenizer) -> tuple[SpGigatoken | None, str]:
@@ -110,16 +113,13 @@ class SpGigatoken(Encoder):
         keeps both cores busier than one call at a time on gigatoken's pool."""
         return self.threads
 
-    def _encode(self, texts: Sequence[str], utf8: object, specials: bool) -> Encoded:
-        routed = [i for i, t in enumerate(texts) if self.protect.search(t)] if self.protect else []
-        if routed:
-            texts = list(texts)
-            plain = self.tokenizer.sp.encode([texts[i] for i in routed])
-            for i in routed:
-                texts[i] = ""
-        ids, lengths = flat(self.impl.encode_batch(list(texts), parallel=False))
+    def _encode(self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None, specials: bool) -> Encoded:
+        blob, sizes = utf8 or utf8_batch(texts)
+        ids, lengths = flat(self.impl.encode_batch(strings(blob, sizes), parallel=False))
+        routed = holding(self.protect, blob, sizes) if self.protect else []
         if routed:
             docs = split(ids, lengths)
+            plain = self.tokenizer.sp.encode([texts[i] for i in routed])
             for i, doc in zip(routed, plain, strict=True):
                 docs[i] = np.asarray(doc, np.uint32)
             lengths = np.fromiter(map(len, docs), np.int64, len(docs))
