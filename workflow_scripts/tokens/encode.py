@@ -80,7 +80,7 @@ from workflow_scripts.core.fsio import atomic_path, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder, best_dtype
 from workflow_scripts.core.progress import Progress
 from workflow_scripts.core.stage_stats import check_balance
-from workflow_scripts.tokens import kinds
+from workflow_scripts.tokens import kinds, memory
 from workflow_scripts.tokens.engines import choose
 from workflow_scripts.tokens.engines.base import Encoded, Encoder, Tokenizer
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
@@ -263,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("exactly one --json-keys value is supported (one output per run)")
     if opts.threads < 1 or opts.batch_mb <= 0:
         parser.error("--threads must be >= 1 and --batch-mb > 0")
+    memory.keep_freed()
     files = kinds.from_args(args)
     choose.prebuild(files, opts)  # a byte-level engine builds while the tokenizer loads
     tokenizer = files.load()
