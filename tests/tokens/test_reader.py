@@ -174,14 +174,17 @@ def test_the_scanner_leaves_every_whitespace_only_text_to_python() -> None:
 
 
 @pytest.mark.skipif(not (3, 11) <= sys.version_info[:2] <= (3, 13), reason="CPython 3.11 to 3.13 only")
-def test_scanned_strings_keep_their_utf8() -> None:
+def test_scanned_strings_keep_their_utf8_unless_the_blob_has_it() -> None:
     """A non-ASCII text comes with its UTF-8 kept in the str (what an engine reading it would make under the
-    GIL): ``sys.getsizeof`` counts it."""
+    GIL): ``sys.getsizeof`` counts it. With the texts' UTF-8 back to back (``blob``, what an engine reading
+    UTF-8 takes) the str keeps no second copy."""
     text = "t\u00e9xt \u6771\u4eac \U0001f642"
     line = json.dumps({"text": text}).encode()
     taken = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, False, 99)[3][0]
     fresh = "".join(list(text))
     assert taken == text and sys.getsizeof(taken) == sys.getsizeof(fresh) + len(text.encode()) + 1
+    _, _, _, texts, _, _, _, blob = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, True, 99)
+    assert texts == [text] and blob == text.encode() and sys.getsizeof(texts[0]) == sys.getsizeof(fresh)
 
 
 def test_write_jsonl_records_scan_as_written(tmp_path: Path) -> None:

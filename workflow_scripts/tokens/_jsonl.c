@@ -13,8 +13,8 @@
  * this leaves alone); so does having taken ``limit`` bytes of text or more.
  *
  * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob)``: where it stopped, the number of the
- * last line read, whether a line for the caller is there, the texts (str, each keeping its UTF-8: see
- * ``text_str``) and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with
+ * last line read, whether a line for the caller is there, the texts (str; without ``blob`` each keeping its
+ * UTF-8: see ``text_str``) and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with
  * ``blob`` the texts' UTF-8 back to back (else None).
  */
 #define PY_SSIZE_T_CLEAN
@@ -498,7 +498,9 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     }
     for (; n_made < n; n_made++) {
         Record *r = &records[n_made];
-        made[n_made] = text_str((const char *)text_buf + r->text_off, (Py_ssize_t)r->text_len);
+        const char *utf8 = (const char *)text_buf + r->text_off;
+        made[n_made] = want_blob ? PyUnicode_DecodeUTF8(utf8, (Py_ssize_t)r->text_len, NULL) /* the blob has it */
+                                 : text_str(utf8, (Py_ssize_t)r->text_len);
         if (made[n_made]) continue;
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
         PyErr_Clear();
