@@ -125,6 +125,7 @@ def test_a_passed_model_is_recorded_and_not_probed_again(
 
     monkeypatch.setattr(sp_gigatoken, "probe", no_probe)
     monkeypatch.setattr(sp_gigatoken, "convert", no_probe)
+    monkeypatch.setattr(sp_gigatoken, "read_options", no_probe)  # its options passed too (40 ms a job)
     second, again = SpGigatoken.start(loaded(model, own_cache.parent))
     assert second is not None and again == note
     batch = docs(3)
