@@ -19,7 +19,8 @@ from workflow_scripts.datapacks.plan import Plan, PlanFormatError
 
 def write_plan(tmp_path: Path, train: bool) -> Path:
     """``snakepack plan`` over three small sources (one of them a single long document, skipped for the
-    hold-out with a note), with or without the training cadence; the path of its plan.json."""
+    hold-out with a note and left out of the mixture), with or without the training cadence; the path of its
+    plan.json."""
     rng = np.random.default_rng(4)
     sizes = {"en_web_big": [3000], "en_web_a": [40] * 60, "de_news_a": [25] * 90}
     signature = []
@@ -44,7 +45,8 @@ def write_plan(tmp_path: Path, train: bool) -> Path:
                 {"name": "main", "tokens": 3000, "mixture": "m"},
             ],
         },
-        "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
+        # en_web_big's one document is longer than a pack may pass its budget by: no pack reads it
+        "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}, "exclude": ["en_web_big"]}},
     }
     if train:
         defaults = {k: v.get("default") for k, v in schema_entry("", "train")["properties"].items()}

@@ -108,7 +108,9 @@ def test_cursor_chain_is_contiguous_and_within_one_document() -> None:
             cursor[s["source"]] = (epoch, stop)
             taken = int(lengths[s["source"]][start:stop].sum())
             assert taken == s["tokens"] and 0 <= taken - s["target"] < lengths[s["source"]][stop - 1]
-        assert sum(s["target"] for s in pack["slices"]) == pack["budget"]
+        # the targets are the shares less what the sources before gave over theirs: the pack passes its
+        # budget by less than its last document
+        assert 0 <= pack["tokens"] - pack["budget"] < lengths[s["source"]][stop - 1]
 
 
 def test_wrap_around_is_reported_as_upsampling() -> None:
@@ -240,7 +242,9 @@ def test_validation_is_held_out_of_every_pack_even_when_sources_wrap() -> None:
 
 def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() -> None:
     """Small shards: one shard is a single 20 MB document (its own largest source); it is skipped, with a
-    note, and the two ordinary shards give the hold-out between them, each keeping half for training."""
+    note, and the two ordinary shards give the hold-out between them, each keeping half for training. The
+    document is longer than a pack may pass its budget by: a mixture that reads it is refused (naming it),
+    one that leaves it out plans."""
     rng = np.random.default_rng(7)
     lengths = {
         "en_web_big": np.array([10_485_758], dtype=np.int32),
@@ -252,11 +256,11 @@ def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() ->
         {"prefix": n, "name": n, "lang": n[:2], "domain": "web", "tokens": int(v.sum())}
         for n, v in lengths.items()
     ]
-    plan = plan_of(
-        config([{"name": "main", "tokens": 200_000, "mixture": "main"}], validation_tokens=300_000),
-        sig,
-        lengths.__getitem__,
-    )
+    cfg = config([{"name": "main", "tokens": 200_000, "mixture": "main"}], validation_tokens=300_000)
+    with pytest.raises(PlanError, match="document 0 of en_web_big, has 10,485,758 tokens"):
+        plan_of(cfg, sig, lengths.__getitem__)
+    cfg["mixtures"]["main"]["exclude"] = ["en_web_big"]
+    plan = plan_of(cfg, sig, lengths.__getitem__)
     valid = {v["lang"]: v for v in plan["validation"]}
     assert [s["source"] for s in valid["de"]["slices"]] == ["de_web_a"]  # as before: the largest source
     en = valid["en"]
@@ -276,7 +280,6 @@ def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() ->
     for pack in plan["packs"]:  # no pack reads the held-out documents
         for s in pack["slices"]:
             assert all(b <= first.get(s["source"], b) for _, _, b in s["ranges"]), (pack["name"], s)
-    assert any(s["source"] == "en_web_big" for p in plan["packs"] for s in p["slices"])  # still trained on
     assert "## Notes\n\n- valid_en: source en_web_big skipped" in markdown(Plan.from_dict(plan))
 
 

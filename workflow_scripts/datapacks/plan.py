@@ -84,7 +84,7 @@ class Slice(_Entry):
     prefix: str  # the source's counted link (no .bin)
     lang: str
     domain: str
-    target: int  # the source's share of the pack's budget
+    target: int  # the source's share of the pack's budget, less what the sources before it gave over theirs
     tokens: int  # what the whole documents up to the target hold
     documents: int
     ranges: tuple[tuple[int, int, int], ...]

@@ -10,8 +10,13 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 * A phase is cut into packs of at most ``max_tokens_per_pack`` (the last one holds the remainder; an
   ``iters`` phase is cut in whole iterations, each pack sized for its own share of them).
 * A pack's budget is shared over sources by the phase's mixture. Each source is read from its cursor in
-  whole documents until its share is reached (so a pack holds its budget to within one document per
-  source). A source that runs out wraps around to its first document: an extra epoch, reported.
+  whole documents until its share is reached, less what the sources before it in the pack gave over theirs
+  (one whose share that overshoot covers gives nothing to this pack), so a pack holds its budget to within
+  its last document. A source that runs out wraps around to its first document: an extra epoch, reported.
+* The plan keeps its limits or is refused (``limits``): a pack passes its budget by less than one
+  iteration's tokens or a tenth of the pack size and trains at most ``max_iters_per_pack``, a phase passes
+  its budget by less than that per pack; a document too long for that is named, with the pack size (a
+  power-of-two multiple of the given one) whose plan would keep them, if any.
 * Held-out validation (``validation_tokens`` per language): whole documents at the end of a language's
   sources are set aside before any pack is cut, so no pack (and no wrap-around) ever reads them; they
   become one validation pack per language (``valid_{lang}``), the trainers' ``valid_data_paths``. The
@@ -21,6 +26,7 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,11 +36,13 @@ import numpy as np
 
 from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.datapacks import limits
 from workflow_scripts.datapacks.iterations import tokens_for_iters, train_iters, wall_time_hours
 from workflow_scripts.datapacks.mixture import compute_shares
 from workflow_scripts.datapacks.settings import DatapacksSettings, Phase, PlanSettings, TrainingSettings
 
 MAX_EPOCHS_PER_SLICE = 100  # a source read more often than this within one pack is a configuration mistake
+FIT_FACTORS = (2, 4, 8, 16, 32, 64)  # the multiples of the pack size tried for a plan that breaks its limits
 
 
 class PlanError(UserError, ValueError):
@@ -60,6 +68,18 @@ class Source:
     prefix: str
     cumsum: np.ndarray  # int64, len = documents + 1, cumsum[0] == 0
     cursor: Cursor = field(default_factory=Cursor)
+    path: str = ""  # the tokenized source, as errors name it
+    order: np.ndarray | None = None  # the reading order (shuffled): the source's document of each place
+
+    def longest(self, ranges: Sequence[Sequence[int]]) -> limits.Document:
+        """The longest document of ``ranges`` ((epoch, start, stop) in the reading order)."""
+        best, place = -1, 0
+        for _, start, stop in ranges:
+            sizes = np.diff(self.cumsum[start : stop + 1])
+            if len(sizes) and int(sizes.max()) > best:
+                best, place = int(sizes.max()), start + int(sizes.argmax())
+        number = int(self.order[place]) if self.order is not None else place
+        return limits.Document(self.path or self.name, number, best)
 
     @property
     def documents(self) -> int:
@@ -165,8 +185,41 @@ def make_plan(
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
 ) -> dict[str, Any]:
-    """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates."""
+    """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates;
+    refused (``limits``) where a pack or phase passes its budget by too much."""
     check_one_tokenizer(signature)
+    plan, problems = _plan(settings, signature, lengths)
+    if problems:
+        raise PlanError(limits.refusal(problems, _fitting_pack_size(settings, signature, lengths)))
+    return plan
+
+
+def _fitting_pack_size(
+    settings: PlanSettings, signature: list[dict[str, Any]], lengths: Callable[[str], np.ndarray]
+) -> str:
+    """The fix to name: the smallest multiple of the pack size in ``FIT_FACTORS`` whose plan keeps its
+    limits, or removing the long documents."""
+    packs = settings.datapacks
+    key = "max_tokens_per_pack" if packs.max_tokens_per_pack else "max_iters_per_pack"
+    given = getattr(packs, key)
+    for factor in FIT_FACTORS:
+        value = int(given * factor)
+        larger = dataclasses.replace(settings, datapacks=dataclasses.replace(packs, **{key: value}))
+        try:
+            if not _plan(larger, signature, lengths)[1]:
+                return f"datapacks.{key}: {value} holds every document within these limits"
+        except PlanError:
+            continue
+    return (
+        f"no datapacks.{key} up to {int(given * FIT_FACTORS[-1])} holds them: remove or split the "
+        "document(s) named in the raw input"
+    )
+
+
+def _plan(
+    settings: PlanSettings, signature: list[dict[str, Any]], lengths: Callable[[str], np.ndarray]
+) -> tuple[dict[str, Any], list[str]]:
+    """The plan and the limits it breaks (one line each)."""
     training, datapacks, mixtures = settings.training, settings.datapacks, settings.mixtures
     seq, batch, rule = training.seq_length, training.global_batch_size, training.epoch_rule
     tpi, pack_max = training.tokens_per_iter, max_tokens_per_pack(training, datapacks)
@@ -178,28 +231,37 @@ def make_plan(
     for entry in signature:
         name = names_of[entry["prefix"]]
         lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
-        if shuffle:
-            lens = lens[shuffle_permutation(len(lens), seed, name)]
-        sources[name] = Source(name, entry["prefix"], np.concatenate([[0], np.cumsum(lens)]))
+        order = shuffle_permutation(len(lens), seed, name) if shuffle else None
+        if order is not None:
+            lens = lens[order]
+        cumsum = np.concatenate([[0], np.cumsum(lens)])
+        sources[name] = Source(name, entry["prefix"], cumsum, path=entry.get("source", ""), order=order)
     validation, notes = hold_out(signature, names_of, sources, datapacks.validation_tokens)
     packs: list[dict[str, Any]] = []
+    iters_cap = None if datapacks.max_tokens_per_pack else datapacks.max_iters_per_pack
+    bounds = limits.Limits(seq, batch, rule, pack_max, iters_cap)
+    problems: list[str] = []
     offset = 0
     for phase, budget in zip(phases, budgets, strict=True):
         if phase.mixture not in mixtures:
             raise PlanError(f"phase {phase.name} uses unknown mixture {phase.mixture!r}")
         shares = compute_shares(signature, mixtures[phase.mixture])
         names = [names_of[s.prefix] for s in shares]
+        first = len(packs)
         for pack_tokens, cap in pack_sizes(training, phase, budget, pack_max):
             pack = _slice_pack(len(packs), phase, pack_tokens, names, shares, sources)
             iters = train_iters(pack["tokens"], seq, batch, rule)
-            if cap:  # an iters phase: the pack is sized for exactly this many (it may hold a little more)
-                iters = min(iters, cap)
+            # an iters phase's pack is sized for exactly its iterations, any pack for at most
+            # max_iters_per_pack; it may hold a little more (less than the allowance of ``limits``), not read
+            iters = min(iters, cap or iters, iters_cap or iters)
             pack.update(train_iters=iters, iteration_offset=offset, trained_tokens=iters * tpi)
             pack["wall_hours"] = _wall_hours(training, pack["trained_tokens"])
             pack["state_after"] = {n: src.cursor.as_dict() for n, src in sources.items()}
             offset += iters
             packs.append(pack)
-    return {
+            problems += filter(None, [limits.pack_problem(pack, bounds, lambda p=pack: _longest(p, sources))])
+        problems += filter(None, [limits.phase_problem(phase.name, budget, packs[first:], bounds)])
+    plan = {
         "tokens_per_iter": tpi,
         "seq_length": seq,
         "global_batch_size": batch,
@@ -217,6 +279,7 @@ def make_plan(
         "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
         "conservation": conservation(sources, packs, validation),
     }
+    return plan, problems
 
 
 def hold_out(
@@ -354,6 +417,12 @@ def conservation(
     return table
 
 
+def _longest(pack: dict[str, Any], sources: dict[str, Source]) -> limits.Document:
+    """The longest document a pack reads."""
+    found = (sources[s["source"]].longest(s["ranges"]) for s in pack["slices"])
+    return max(found, key=lambda d: d.tokens, default=limits.Document("", 0, 0))
+
+
 def _wall_hours(training: TrainingSettings, tokens: int) -> float | None:
     if not (training.model_params and training.gpus and training.tflops_per_gpu):
         return None
@@ -370,16 +439,20 @@ def _slice_pack(
     sources: dict[str, Source],
 ) -> dict[str, Any]:
     name = naming.pack_name(phase.name, index)
-    targets = split_budget(tokens, [s.probability for s in shares])
+    shares_of = split_budget(tokens, [s.probability for s in shares])
     slices = []
-    for source_name, share, target in zip(names, shares, targets, strict=True):
-        if target == 0:
+    carry = 0  # what the sources before gave over their shares
+    for source_name, share, part in zip(names, shares, shares_of, strict=True):
+        target = part - carry
+        if target <= 0:
+            carry = -target
             continue
         src = sources[source_name]
         start = src.cursor.as_dict()
         epochs_before = src.epochs()
         ranges = src.take(target)
         taken = sum(int(src.cumsum[b] - src.cumsum[a]) for _, a, b in ranges)
+        carry = taken - target
         slices.append(
             {
                 "source": source_name,
