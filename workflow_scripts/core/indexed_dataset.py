@@ -161,7 +161,8 @@ def read_header(path: PathLike) -> Header:
     return header
 
 
-REBUILD = "delete its .bin and .idx and rerun: Snakemake makes them again"  # a dataset that is a rule's output
+# A dataset that is a rule's output:
+REBUILD = "delete its .bin and .idx and rerun: Snakemake makes them again"
 
 
 def check_complete(prefix: PathLike, fix: str = REBUILD) -> Header:

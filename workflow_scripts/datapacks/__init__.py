@@ -1,7 +1,7 @@
 """Stages 5-6, datapacks. Reads the data signature and the tokenized indexes; writes named mixtures
 (``mixture``), the plan of phases and packs with exact document ranges and single-epoch ``train_iters``
-(``planner``, ``iterations``; ``plan_files`` writes ``plan.json/.csv/.md``, ``plan`` reads it as a typed
-``Plan``, ``pack_index`` is what the DAG reads of it), and each pack's slices, cursor state and merged
-``.bin/.idx`` (``slicer``; the merge itself is ``core.dataset_merge``). ``settings`` types the config's
-``training``, ``datapacks`` and ``mixtures``.
+(``planner``, ``iterations``; ``limits`` refuses a plan that breaks its limits; ``plan_files`` writes
+``plan.json/.csv/.md``, ``plan`` reads it as a typed ``Plan``, ``pack_index`` is what the DAG reads of it),
+and each pack's slices, cursor state and merged ``.bin/.idx`` (``slicer``; the merge itself is
+``core.dataset_merge``). ``settings`` types the config's ``training``, ``datapacks`` and ``mixtures``.
 """
