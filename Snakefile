@@ -88,10 +88,7 @@ rule all:
 # The run's last lines (workflow_scripts/core/run_summary.py): what was read, kept and rejected, where the
 # outputs are and the next command; a failed run names the failed jobs' logs. None after a dry run, or when
 # nothing was to be done (Snakemake calls neither handler then, nor in cluster jobs).
-def run_places():
-    from workflow_scripts.core.run_summary import Places
-
-    return Places(OUT, LOGS, SHARDS, DEDUP, TOK, MERGED, TRAIN_LAYOUT.file(train_layout.CONFIGS_MD), REPORT)
+RUN_PLACES = (OUT, LOGS, SHARDS, DEDUP, TOK, MERGED, TRAIN_LAYOUT.file(train_layout.CONFIGS_MD), REPORT)
 
 
 onsuccess:
@@ -102,10 +99,11 @@ onsuccess:
         os.remove(TRAIN_LAYOUT.detach_flag)
     from workflow_scripts.core import run_summary
 
-    run_summary.show(lambda: run_summary.done(run_places(), sys.argv, list(workflow.dag_settings.targets)))
+    places, targets = run_summary.Places(*RUN_PLACES), list(workflow.dag_settings.targets)
+    run_summary.show(lambda: run_summary.done(places, sys.argv, targets))
 
 
 onerror:
     from workflow_scripts.core import run_summary
 
-    run_summary.show(lambda: run_summary.failed(run_places(), log))
+    run_summary.show(lambda: run_summary.failed(run_summary.Places(*RUN_PLACES), log))
