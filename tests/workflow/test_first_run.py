@@ -134,8 +134,16 @@ def test_damaged_and_huge_files_do_not_stop_a_delivery(workflow: Workflow, tmp_p
         },
     }
     (workflow.root / "mine.yaml").write_text(yaml.safe_dump(config))
-    workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "mine.yaml")
+    refused = workflow.run("--profile", "profiles/local", "--cores", "2", "--configfile", "mine.yaml")
     results = workflow.root / "results"
+    # The 20 MB document alone is far over the phase's 20,000 tokens: the plan refuses, naming it and a fix.
+    fix = re.search(r"datapacks\.max_iters_per_pack: (\d+) holds every document", refused.output)
+    assert refused.returncode != 0 and "the plan breaks its limits" in refused.output and fix, refused.output
+    assert re.search(r"longest document, document 0 of \S*en_web_\S+, has [\d,]+ tokens", refused.output)
+    assert not (results / "plan.json").exists()
+    config["datapacks"]["max_iters_per_pack"] = int(fix[1])
+    (workflow.root / "mine.yaml").write_text(yaml.safe_dump(config))
+    workflow.ok("--profile", "profiles/local", "--cores", "2", "--configfile", "mine.yaml")
 
     group = results / "shards" / "en_web_cc"
     quarantine = [orjson.loads(line) for line in (group / "quarantine.jsonl").open("rb")]
