@@ -20,5 +20,20 @@ def test_the_ops_are_built_by_the_environments_ninja(monkeypatch: pytest.MonkeyP
     of the two would rebuild the op the other built."""
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
-    assert engine.extensions_dir() == os.path.join(sys.prefix, "torch_extensions")
-    assert shutil.which("ninja") == str(ENV_NINJA)
+    with engine.ops_environment() as folder:
+        assert folder == os.path.join(sys.prefix, "torch_extensions")
+        assert os.environ["TORCH_EXTENSIONS_DIR"] == folder
+        assert shutil.which("ninja") == str(ENV_NINJA)
+
+
+def test_building_the_op_leaves_the_environment_to_later_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process started after the op was built (another environment's DeepSpeed: GPT-NeoX in the
+    compatibility tests) must not inherit this environment's ops folder: it would build its own op there,
+    and the next reference run would rebuild this one, a minute inside a segment's time limit."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    folder = engine.build_ops()
+    assert folder == os.path.join(sys.prefix, "torch_extensions")
+    assert (Path(folder) / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists()
+    assert "TORCH_EXTENSIONS_DIR" not in os.environ
+    assert os.environ["PATH"] == "/usr/bin:/bin"

@@ -9,6 +9,10 @@ runs on first use (about a minute); it is built into ``TORCH_EXTENSIONS_DIR``, w
 the environment's own ``ninja`` (the pip package beside this interpreter), whatever ``PATH`` says: two ninja
 versions hash their build log differently, so a process that found the system's ninja first and one that
 found the environment's would each rebuild the op the other built (a minute, inside a job's time limit).
+Both settings hold only while DeepSpeed is imported and its process group started (``ops_environment``):
+a process started afterwards from this one (another environment's DeepSpeed, as the compatibility tests
+run GPT-NeoX) would otherwise inherit the folder, build its own op there, and this environment's next run
+would rebuild it again.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -37,11 +42,28 @@ class MissingDependency(UserError, ImportError):
 
 def extensions_dir() -> str:
     """Where DeepSpeed's JIT-built ops are cached: ``$TORCH_EXTENSIONS_DIR``, by default inside the
-    environment; the environment's bin folder goes first on ``PATH``, so that its ninja builds them."""
+    environment."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(sys.prefix, "torch_extensions")
+
+
+@contextlib.contextmanager
+def ops_environment() -> Iterator[str]:
+    """While inside: ``TORCH_EXTENSIONS_DIR`` is ``extensions_dir()`` and this environment's bin folder
+    (its ninja) is first on ``PATH``; both are restored after. Yields the folder."""
+    saved = {name: os.environ.get(name) for name in ("PATH", "TORCH_EXTENSIONS_DIR")}
+    folder = extensions_dir()
+    os.environ["TORCH_EXTENSIONS_DIR"] = folder
     bin_dir = os.path.dirname(sys.executable)
     if os.path.exists(os.path.join(bin_dir, "ninja")):
-        os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
-    return os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+        os.environ["PATH"] = os.pathsep.join([bin_dir, saved["PATH"] or ""])
+    try:
+        yield folder
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def import_torch() -> ModuleType:
@@ -55,11 +77,11 @@ def import_torch() -> ModuleType:
 def import_deepspeed() -> ModuleType:
     """DeepSpeed, quiet (warnings only), or a clear message saying how to install it."""
     torch = import_torch()
-    extensions_dir()
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # say so, rather than have DeepSpeed warn it guessed
     try:
-        import deepspeed
+        with ops_environment():
+            import deepspeed
     except ImportError as err:
         raise MissingDependency(f"deepspeed cannot be imported ({err}); install it: {INSTALL}") from None
     deepspeed.utils.logger.setLevel(logging.WARNING)
@@ -110,7 +132,7 @@ def init_distributed(backend: str | None) -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
-    with contextlib.redirect_stdout(io.StringIO()):  # DeepSpeed prints that its CPU op was built, every run
+    with ops_environment(), contextlib.redirect_stdout(io.StringIO()):  # it says its CPU op was built
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     dist = torch.distributed
