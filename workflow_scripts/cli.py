@@ -52,7 +52,7 @@ COMMANDS: dict[str, Command] = {
     "stats": _c("core.stage_stats", "a stage's stats.json from its jobs' stats (checked to add up)"),
     "mixture": _c("datapacks.mixture", "a named mixture -> sampling probabilities and trainer paths"),
     "plan": _c("datapacks.plan_files", "the datapack plan: plan.json, plan.csv, plan.md"),
-    "slice": _c("datapacks.slicer", "cut one pack's slices from the plan and the cursor state", "slice_main"),
+    "pack": _c("datapacks.packer", "write one datapack's .bin/.idx from its spec and the tokenized sources"),
     "train-config": _c(
         "train.configs.write", "one pack's trainer config (GPT-NeoX YAML or Megatron-LM arguments)"
     ),
@@ -69,6 +69,7 @@ COMMANDS: dict[str, Command] = {
     "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
     "launch-env": _c("train.launch_env", "a Slurm job's nodes, tasks and hostfile, from Slurm, for a launch"),
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
+    "lineage": _c("lineage.query", "the documents a pack's steps read; the steps that read a document"),
     "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
     "merge": _c("core.dataset_commands", "merge .bin/.idx prefixes in order", "merge_main"),
     "verify": _c("core.dataset_commands", "check every .bin/.idx invariant", "verify_main"),

@@ -12,9 +12,9 @@ import pytest
 
 from tests.train.conftest import model  # noqa: F401 (a fixture)
 from tests.train.reference.conftest import SEQ, eod, make_pack, pattern_docs, write_config  # noqa: F401
+from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.lineage.query import main as lineage
 from workflow_scripts.lineage.steps import StepMap
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference.config import load_config
@@ -76,13 +76,13 @@ def test_a_range_of_steps_and_the_command(two_paths: Path, capsys: pytest.Captur
     steps = StepMap(cfg)
     reads = steps.documents(101, 104)
     assert sum(r.tokens for r in reads) == 4 * cfg.batch * (SEQ + 1)
-    assert lineage(["--config", str(two_paths), "--steps", "101:104"]) == 0
+    assert snakepack(["lineage", "--config", str(two_paths), "--steps", "101:104"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(d["doc"], d["tokens"]) for d in out["documents"]] == [(r.doc, r.tokens) for r in reads]
     r = reads[0]
     (Path(cfg.save) / "global_step120").mkdir(parents=True)
     (Path(cfg.save) / "global_step100").mkdir()  # the pack before: it has not seen the document
-    assert lineage(["--config", str(two_paths), "--doc", f"{r.path}:{r.doc}"]) == 0
+    assert snakepack(["lineage", "--config", str(two_paths), "--doc", f"{r.path}:{r.doc}"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["steps"] == steps.steps(r.path, r.doc) and out["steps"][0] <= 104
     assert out["checkpoints"] == ["global_step120"] if out["steps"][0] <= 120 else []
