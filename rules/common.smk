@@ -145,11 +145,6 @@ def get_pack_spec(wildcards):
     return f"{SPECS}/{wildcards.pack}.json"
 
 
-def get_previous_state(wildcards):
-    """The state file of the pack before this one (nothing for the first pack, nor a validation pack)."""
-    return [f"{DATAPACKS}/{p}/state.json" for p in pack_index.previous(planned_packs(), wildcards.pack)]
-
-
 def get_merged_packs(wildcards):
     return [f"{MERGED}/{p}/{p}.{e}" for p in [*planned_packs(), *planned_packs("validation")] for e in ("bin", "idx")]  # a pack is both
 

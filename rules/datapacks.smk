@@ -1,6 +1,6 @@
 """Stages 5-6, mixtures and datapacks. Reads ``tokenized/signature.json`` and the counted prefixes; writes
-``mixtures/{name}.json``, the plan (``plan.json/.csv/.md``), per pack ``datapacks/{pack}/`` (slices, cursor
-``state.json``, ``stats.json``) and ``merged/{pack}/{pack}.bin/.idx`` with its merge log.
+``mixtures/{name}.json``, the plan (``plan.json/.csv/.md``) and, per pack, ``merged/{pack}/{pack}.bin/.idx``
+with its cursor ``state.json`` and ``stats.json`` in ``datapacks/{pack}/``.
 """
 
 
@@ -47,49 +47,27 @@ checkpoint plan:
         " 2>&1 | tee {log:q}"
 
 
-rule slice_pack:
+# One job per pack, from its spec alone (its start cursors are in it): the packs are written in parallel.
+rule pack:
     input:
         # The plan rewrites a pack's spec only when the pack's slices or its sources' content changed.
         spec=get_pack_spec,
         # The edge to the plan (the specs are not declared outputs); ancient(): a new plan alone reruns
         # nothing.
         plan=ancient(f"{OUT}/plan.json"),
-        state=get_previous_state,
     output:
-        slices=directory(f"{DATAPACKS}/{{pack}}/slices"),
-        listing=f"{DATAPACKS}/{{pack}}/slices.txt",
+        bin=f"{MERGED}/{{pack}}/{{pack}}.bin",
+        idx=f"{MERGED}/{{pack}}/{{pack}}.idx",
         state=f"{DATAPACKS}/{{pack}}/state.json",
         stats=f"{DATAPACKS}/{{pack}}/stats.json",
     log:
         f"{LOGS}/datapacks/{{pack}}.log",
     benchmark:
-        f"{BENCH}/datapacks/slice_{{pack}}.tsv"
-    params:
-        state=lambda wildcards, input: shlex.join(["--state-in", *input.state]) if input.state else "",
-    conda:
-        "../envs/data.yaml"
-    shell:
-        "python -m workflow_scripts slice --spec {input.spec:q} {params.state}"
-        " --out-dir {output.slices:q} --list {output.listing:q} --state-out {output.state:q}"
-        " --stats {output.stats:q} > {log:q} 2>&1"
-
-
-rule merge_pack:
-    input:
-        slices=f"{DATAPACKS}/{{pack}}/slices",
-        listing=f"{DATAPACKS}/{{pack}}/slices.txt",
-    output:
-        bin=f"{MERGED}/{{pack}}/{{pack}}.bin",
-        idx=f"{MERGED}/{{pack}}/{{pack}}.idx",
-        merge_log=f"{MERGED}/{{pack}}/{{pack}}.merge.log",
-    log:
-        f"{LOGS}/merged/{{pack}}.log",
-    benchmark:
-        f"{BENCH}/merged/{{pack}}.tsv"
+        f"{BENCH}/datapacks/{{pack}}.tsv"
     params:
         prefix=lambda wildcards, output: output.bin.removesuffix(".bin"),
     conda:
         "../envs/data.yaml"
     shell:
-        "python -m workflow_scripts merge --output {params.prefix:q} --log {output.merge_log:q} --list {input.listing:q}"
-        " > {log:q} 2>&1"
+        "python -m workflow_scripts pack --spec {input.spec:q} --output {params.prefix:q}"
+        " --state-out {output.state:q} --stats {output.stats:q} > {log:q} 2>&1"

@@ -1,16 +1,18 @@
-"""Slices are exact byte-range cuts of the sources, following the plan's cursor, and merge back in order."""
+"""A pack's share of each source is its planned document ranges, following the plan's cursor: copied in the
+source's order, or gathered in its seeded order."""
 
 import numpy as np
 import pytest
 
-from workflow_scripts.core.dataset_merge import merge, write_documents, write_slice
+from workflow_scripts.core.dataset_merge import write_documents, write_slice
 from workflow_scripts.core.dataset_verify import verify
-from workflow_scripts.core.fsio import write_json
+from workflow_scripts.core.fsio import read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder, IndexedDatasetError
+from workflow_scripts.datapacks import packer
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import StateMismatch, pack_spec, slice_main, slice_pack
+from workflow_scripts.datapacks.slicer import pack_spec
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
@@ -63,63 +65,46 @@ def test_a_slice_wraps_around_its_source(sources) -> None:
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_packs_hold_the_planned_documents_in_a_cursor_chain(sources, shuffle) -> None:
     """Each pack holds its ranges of each source's documents: in the source's order, or shuffled in the
-    plan's seeded order of that source (read from the source itself: no shuffled copy)."""
+    plan's seeded order of that source (read from the source itself: no shuffled copy); its cursor state is
+    where the next pack starts."""
     tmp, docs, sig = sources
     plan = plan_for(sig, shuffle)
     orders = {n: shuffle_permutation(len(d), 5, n) if shuffle else np.arange(len(d)) for n, d in docs.items()}
-    write_json(tmp / "plan.json", plan)
     assert len(plan["packs"]) == 4
-    state = None
     for index, pack in enumerate(plan["packs"]):
         out = tmp / pack["name"]
-        write_json(tmp / "spec.json", pack_spec(Plan.from_dict(plan), index, {}))
+        spec = pack_spec(Plan.from_dict(plan), index, {})
+        write_json(tmp / "spec.json", spec)
         args = [
             "--spec",
             str(tmp / "spec.json"),
-            "--out-dir",
-            str(out),
-            "--state-out",
-            str(out / "state.json"),
+            "--output",
+            str(out / "merged"),
             "--stats",
-            str(out / "stats.json"),
-            "--list",
-            str(out / "slices.txt"),
+            str(out / "stats"),
         ]
-        slice_main(args + (["--state-in", state] if state else []))
-        state = str(out / "state.json")
-        prefixes = (out / "slices.txt").read_text().split()
-        merged = merge(prefixes, tmp / f"{pack['name']}_merged")
-        assert merged["tokens"] == pack["tokens"]
-        ds = IndexedDataset(tmp / f"{pack['name']}_merged")
+        packer.main([*args, "--state-out", str(out / "state.json")])
+        if index:
+            assert (
+                spec["start"] == read_json(tmp / plan["packs"][index - 1]["name"] / "state.json")["cursors"]
+            )
+        ds = IndexedDataset(out / "merged")
+        assert ds.num_tokens == pack["tokens"]
         i = 0
-        for s in pack["slices"]:
+        for s in spec["slices"]:
             for _, a, b in s["ranges"]:
                 for j in orders[s["source"]][a:b]:
                     assert np.array_equal(ds.document(i), docs[s["source"]][j])
                     i += 1
         assert i == ds.num_documents
     assert not (tmp / "shuffled").exists()
-    de = [s for p in plan["packs"] for s in p["slices"] if s["source"] == "de_web_a"]
+    de = [
+        s
+        for i in range(4)
+        for s in pack_spec(Plan.from_dict(plan), i, {})["slices"]
+        if s["source"] == "de_web_a"
+    ]
     assert any(s["upsampled"] for s in de), "the small source wraps around and says so"
-
-
-def test_slices_are_flushed_once_not_one_by_one(sources, monkeypatch) -> None:
-    """A pack of many slices: no fsync per slice file, one flush of the file system before the pack's
-    list, state and stats are written."""
-    tmp, _, sig = sources
-    calls: list[str] = []
-    monkeypatch.setattr("workflow_scripts.core.fsio.fsync_path", lambda _: calls.append("fsync"))
-    monkeypatch.setattr("workflow_scripts.datapacks.slicer.sync_filesystem", lambda _: calls.append("sync"))
-    stats = slice_pack(pack_spec(Plan.from_dict(plan_for(sig)), 0, {}), str(tmp / "p0"), None)
-    assert len(stats["slices"]) == 2 and calls == ["sync"]
-
-
-def test_state_mismatch_is_refused(sources) -> None:
-    tmp, _, sig = sources
-    plan = plan_for(sig)
-    write_json(tmp / "bad_state.json", {"pack": "x", "cursors": {"en_web_a": {"epoch": 0, "doc": 1}}})
-    with pytest.raises(StateMismatch):
-        slice_pack(pack_spec(Plan.from_dict(plan), 1, {}), str(tmp / "p1"), str(tmp / "bad_state.json"))
 
 
 def test_gathered_documents_equal_a_copy_built_document_by_document(sources) -> None:
@@ -152,7 +137,7 @@ def test_a_shuffled_plans_ranges_count_the_seeded_order(sources) -> None:
     _, docs, sig = sources
     order = shuffle_permutation(120, 5, "en_web_a")
     plan = plan_for(sig, shuffle=True)
-    first = plan["packs"][0]["slices"][0]
+    first = pack_spec(Plan.from_dict(plan), 0, {})["slices"][0]
     lengths = np.array([len(docs["en_web_a"][j]) for j in order])
     _, a, b = first["ranges"][0]
     assert first["tokens"] == lengths[a:b].sum()

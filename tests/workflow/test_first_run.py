@@ -84,14 +84,14 @@ def test_a_deleted_stage_is_rebuilt_byte_identically(sample_run: Workflow, tmp_p
 
 
 def test_a_pack_missing_its_idx_is_rebuilt(sample_run: Workflow, tmp_path: Path) -> None:
-    """A merged pack's ``.idx`` deleted on a finished tree: the default target plans that pack's merge again
-    (the ``.bin`` alone is not a pack), and the rerun gives back the same bytes."""
+    """A merged pack's ``.idx`` deleted on a finished tree: the default target plans that pack again (the
+    ``.bin`` alone is not a pack), and the rerun gives back the same bytes."""
     wf = sample_run.clone(tmp_path / "wf")
     idx = next((wf.root / "results" / "merged").glob("*/*.idx"))
     before = digests(wf.root / "results", "merged/*/*.bin", "merged/*/*.idx")
     idx.unlink()
     dry = wf.ok("-n", "--cores", "1")
-    assert re.search(r"^merge_pack\s+1$", dry, re.M), tail(dry)
+    assert re.search(r"^pack\s+1$", dry, re.M), tail(dry)
     wf.ok("--profile", "profiles/local", "--cores", "2")
     assert digests(wf.root / "results", "merged/*/*.bin", "merged/*/*.idx") == before
 

@@ -85,7 +85,7 @@ def project_packages(env: str) -> set[str]:
 
 def test_every_command_rule_is_found() -> None:
     names = {name for name, _, _ in rules()}
-    assert {"ingest", "dedup_signatures", "tokenize", "count", "plan", "slice_pack", "merge_pack"} <= names
+    assert {"ingest", "dedup_signatures", "tokenize", "count", "plan", "pack"} <= names
 
 
 @pytest.mark.parametrize(("rule", "command", "env"), rules(), ids=lambda v: str(v))

@@ -130,8 +130,8 @@ def test_whole_pipeline_through_slurm_matches_a_local_run(slurm_cluster, workflo
     job_ids = {p.stem for p in logs}
     assert all(re.fullmatch(r"\d+(_\d+)?", j) for j in job_ids), job_ids
     rule_dirs = {p.relative_to(log_root).parts[0] for p in logs}
-    expected = ["sample", "ingest", "dedup_bands", "dedup_cluster", "train_tokenizer", "count", "slice_pack"]
-    assert {f"rule_{r}" for r in [*expected, "merge_pack"]} <= rule_dirs, sorted(rule_dirs)
+    expected = ["sample", "ingest", "dedup_bands", "dedup_cluster", "train_tokenizer", "count", "pack"]
+    assert {f"rule_{r}" for r in expected} <= rule_dirs, sorted(rule_dirs)
     submitted = set(re.findall(r"submitted with SLURM jobid (\d+)", proc.output))
     assert submitted == {j.split("_")[0] for j in job_ids}, (submitted, job_ids)
     # ... the per-shard stages in one Slurm job per batch of up to 4 shards of a group (shards_per_job),

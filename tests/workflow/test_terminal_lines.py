@@ -38,7 +38,7 @@ def test_a_read_only_pack_is_named_in_one_line(sample_run: Workflow, tmp_path) -
     else:
         folder.chmod(0o555)
     try:
-        proc = wf.run(*RUN, "--forcerun", "merge_pack")
+        proc = wf.run(*RUN, "--forcerun", "pack")
     finally:
         if os.geteuid() == 0:
             subprocess.run(["chattr", "-i", str(folder)], check=True)
@@ -47,7 +47,7 @@ def test_a_read_only_pack_is_named_in_one_line(sample_run: Workflow, tmp_path) -
     assert proc.returncode != 0
     assert "Traceback" not in proc.output and "job_scheduler.py" not in proc.output, tail(proc.output)
     assert re.search(
-        r"^results/merged/main_1/main_1\.(bin|idx|merge\.log): (operation not permitted|permission denied): "
+        r"^results/merged/main_1/main_1\.(bin|idx): (operation not permitted|permission denied): "
         r"Snakemake cannot replace it \(a read-only file or folder\?\); make both writable",
         proc.output,
         re.M,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workflow_scripts.core import indexed_dataset
-from workflow_scripts.core.dataset_merge import input_fix, merge
+from workflow_scripts.core.dataset_merge import merge
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import dumps_json, write_json
 from workflow_scripts.core.progress import Progress
@@ -64,7 +64,7 @@ def merge_main(argv: Sequence[str] | None = None) -> int:
     if not inputs:
         parser.error("give input prefixes or --list FILE")
     for p in inputs:  # a missing or truncated input named before anything reads it
-        indexed_dataset.check_complete(p, input_fix(p))
+        indexed_dataset.check_complete(p)
     fingerprints = [indexed_dataset.fingerprint(p) for p in inputs] if args.log else []
     total = sum(indexed_dataset.file_size(indexed_dataset.bin_path(p)) for p in inputs)
     with Progress(f"merge {args.output}", total) as progress:

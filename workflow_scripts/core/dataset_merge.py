@@ -1,5 +1,7 @@
-"""New indexed datasets made of parts of others: ``merge`` (whole datasets, in order), ``write_slice``
-(document ranges of one dataset) and ``write_documents`` (chosen documents of one dataset, in any order).
+"""New indexed datasets made of parts of others: ``merge`` (whole datasets, in order); ``append_ranges``
+(document ranges of one dataset) and ``append_documents`` (chosen documents of one dataset, in any order)
+append to an open ``.bin`` and give the index parts, so that one file gathers the parts of many datasets (a
+datapack: ``datapacks.packer``); ``write_slice`` and ``write_documents`` write one such part as a dataset.
 ``.bin`` bytes are copied in the kernel (``copy_range``: ``copy_file_range``, else ``sendfile``, else a
 read/write loop), or gathered with numpy a bounded number of tokens at a time; the index is rebuilt with
 numpy.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,10 +26,8 @@ import numpy as np
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import (
-    REBUILD,
     TOKEN_DTYPE_CODES,
     IndexedDataset,
-    IndexedDatasetBuilder,
     IndexedDatasetError,
     PathLike,
     bin_path,
@@ -38,8 +39,7 @@ from workflow_scripts.core.indexed_dataset import (
 from workflow_scripts.core.progress import Progress
 
 _COPY_CHUNK = 1 << 30  # bytes per copy_file_range / sendfile call (the kernel caps one call near 2 GiB)
-GATHER_TOKENS = 1 << 22  # tokens gathered per step by ``write_documents``
-SLICES = "slices"  # the folder of a pack's slices (rules/datapacks.smk: slice_pack)
+GATHER_TOKENS = 1 << 22  # tokens gathered per step by ``append_documents``
 
 
 def copy_range(src: PathLike, offset: int, nbytes: int, dst: IO[bytes]) -> None:
@@ -103,15 +103,6 @@ def _copy_kernel(fd_in: int, fd_out: int, offset: int, nbytes: int, pos: int) ->
     return done
 
 
-def input_fix(prefix: str) -> str:
-    """How the workflow makes a merge input again: a pack's slices by cutting the folder again, else
-    ``indexed_dataset.REBUILD``."""
-    folder = os.path.dirname(prefix)
-    if os.path.basename(folder) == SLICES:
-        return f"delete {folder} and rerun: Snakemake cuts the pack's slices again"
-    return REBUILD
-
-
 def _same_file(a: str, b: str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
@@ -135,7 +126,7 @@ def merge(
     for p in inputs:
         if _same_file(bin_path(p), bin_path(out)):
             raise IndexedDatasetError(f"{bin_path(out)}: merge output is also an input")
-        check_complete(p, input_fix(p))  # a missing or truncated input named, before the full check
+        check_complete(p)  # a missing or truncated input named, before the full check
         per_input.append({"prefix": p, **verify(p)})
         # Copy the index arrays so that no input stays mapped (one open descriptor per mapping).
         ds = IndexedDataset(p)
@@ -166,65 +157,105 @@ def merge(
     }
 
 
-def write_slice(
-    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike, durable: bool = True
-) -> dict[str, Any]:
-    """Write documents ``[a, b)`` of each range of ``src_prefix``, in order, as the dataset ``out_prefix``.
+@dataclass(frozen=True)
+class Part:
+    """Documents of one dataset appended to an open ``.bin``: their index parts (offset by the sequences
+    before them) and counts."""
 
-    One byte-range copy per range plus index arithmetic (a slice that wraps around its source has two
-    ranges). The source is not re-verified (callers cutting many slices verify it once); the written index
-    is consistent whenever the source is. Atomic (``durable``: see ``fsio.atomic_path``).
-    """
-    src = IndexedDataset(src_prefix)
+    lengths: np.ndarray
+    doc_idx: np.ndarray  # the document index without its leading 0
+    documents: int
+    sequences: int
+    tokens: int
+
+
+def _token_source(src: IndexedDataset) -> IndexedDataset:
     if src.dtype not in TOKEN_DTYPE_CODES:
         raise IndexedDatasetError(f"{src.idx_path}: dtype {src.dtype.name} is not a token dtype")
-    spans = [src.documents(a, b) for a, b in ranges]
-    lengths, doc_idx = [], [np.zeros(1, dtype=np.int64)]
-    sequences = 0
+    return src
+
+
+def append_ranges(
+    src: IndexedDataset, ranges: Sequence[tuple[int, int]], dst: IO[bytes], sequences: int = 0
+) -> Part:
+    """Append documents ``[a, b)`` of each range of ``src``, in order, to ``dst``: one byte-range copy per
+    range (a slice that wraps around its source has two ranges) plus index arithmetic. ``sequences``: the
+    sequences ``dst`` holds before them. The source is not re-verified; the index parts are consistent
+    whenever the source is. They are copies: no index stays mapped."""
+    spans = [_token_source(src).documents(a, b) for a, b in ranges]
+    lengths, doc_idx = [], []
+    start = sequences
     for span in spans:
         lengths.append(src.lengths[span.seq_start : span.seq_stop])
         doc_idx.append(src.doc_idx[span.doc_start + 1 : span.doc_stop + 1] - span.seq_start + sequences)
         sequences += span.seq_stop - span.seq_start
-    idx_out, bin_out = atomic_path(idx_path(out_prefix), durable), atomic_path(bin_path(out_prefix), durable)
-    with idx_out as idx_tmp, bin_out as bin_tmp:
-        with open(bin_tmp, "wb") as f:
-            for span in spans:
-                copy_range(src.bin_path, span.byte_start, span.nbytes, f)
-        write_index(idx_tmp, src.dtype, lengths, doc_idx)
-    return {
-        "documents": sum(s.doc_stop - s.doc_start for s in spans),
-        "sequences": sequences,
-        "tokens": sum(s.num_tokens for s in spans),
-        "dtype": src.dtype.name,
-        "byte_ranges": [[s.byte_start, s.byte_stop] for s in spans],
-    }
+        copy_range(src.bin_path, span.byte_start, span.nbytes, dst)
+    return Part(
+        np.concatenate(lengths) if lengths else np.empty(0, np.int32),
+        np.concatenate(doc_idx) if doc_idx else np.empty(0, np.int64),
+        sum(s.doc_stop - s.doc_start for s in spans),
+        sequences - start,
+        sum(s.num_tokens for s in spans),
+    )
 
 
-def write_documents(
-    src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike, durable: bool = True
-) -> dict[str, Any]:
-    """Write documents ``docs`` (indices, in that order) of ``src_prefix``, one sequence each, as the dataset
-    ``out_prefix``: a shuffled source's slice. The tokens are gathered about ``GATHER_TOKENS`` at a time;
-    the index arrays take 8 bytes a document. The source is not re-verified (as ``write_slice``). Atomic,
-    as ``write_slice``."""
-    src = IndexedDataset(src_prefix)
+def append_documents(src: IndexedDataset, docs: np.ndarray, dst: IO[bytes], sequences: int = 0) -> Part:
+    """Append documents ``docs`` (indices, in that order) of ``src``, one sequence each, to ``dst``: a
+    shuffled source's share. The tokens are gathered about ``GATHER_TOKENS`` at a time; the index parts take
+    12 bytes a document. Not re-verified, as ``append_ranges``."""
     docs = np.asarray(docs, np.int64)
-    first = src.doc_idx[docs]
+    first = _token_source(src).doc_idx[docs]
     if np.any(src.doc_idx[docs + 1] - first != 1):
         raise IndexedDatasetError(f"{src.idx_path}: gathering documents needs one sequence per document")
-    starts, lens = src.pointers[first] // src.itemsize, src.lengths[first].astype(np.int64)
-    ends = np.cumsum(lens)  # once: each step searches it instead of summing the rest
-    with IndexedDatasetBuilder(out_prefix, src.dtype, durable) as builder:
-        a = 0
-        while a < len(docs):
-            done = int(ends[a - 1]) if a else 0
-            b = a + max(1, int(np.searchsorted(ends[a:], done + GATHER_TOKENS)))
-            parts = [src.tokens[s : s + n] for s, n in zip(starts[a:b], lens[a:b], strict=True)]
-            builder.add_documents(np.concatenate(parts), lens[a:b])
-            a = b
+    lens = src.lengths[first]
+    starts = src.pointers[first] // src.itemsize
+    ends = np.cumsum(lens, dtype=np.int64)  # once: each step searches it instead of summing the rest
+    a = 0
+    while a < len(docs):
+        done = int(ends[a - 1]) if a else 0
+        b = a + max(1, int(np.searchsorted(ends[a:], done + GATHER_TOKENS)))
+        dst.write(
+            np.concatenate([src.tokens[s : s + n] for s, n in zip(starts[a:b], lens[a:b], strict=True)])
+        )
+        a = b
+    return Part(
+        lens,
+        np.arange(sequences + 1, sequences + len(docs) + 1, dtype=np.int64),
+        len(docs),
+        len(docs),
+        int(ends[-1]) if len(ends) else 0,
+    )
+
+
+def write_slice(
+    src_prefix: PathLike, ranges: Sequence[tuple[int, int]], out_prefix: PathLike
+) -> dict[str, Any]:
+    """Write documents ``[a, b)`` of each range of ``src_prefix``, in order, as the dataset ``out_prefix``
+    (``append_ranges``; atomic)."""
+    src = IndexedDataset(src_prefix)
+    byte_ranges = [[(s := src.documents(a, b)).byte_start, s.byte_stop] for a, b in ranges]
+    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
+        with open(bin_tmp, "wb") as f:
+            part = append_ranges(src, ranges, f)
+        write_index(idx_tmp, src.dtype, [part.lengths], [np.zeros(1, np.int64), part.doc_idx])
+    return {**_counts(part, src), "byte_ranges": byte_ranges}
+
+
+def write_documents(src_prefix: PathLike, docs: np.ndarray, out_prefix: PathLike) -> dict[str, Any]:
+    """Write documents ``docs`` (indices, in that order) of ``src_prefix``, one sequence each, as the dataset
+    ``out_prefix`` (``append_documents``; atomic)."""
+    src = IndexedDataset(src_prefix)
+    with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
+        with open(bin_tmp, "wb") as f:
+            part = append_documents(src, docs, f)
+        write_index(idx_tmp, src.dtype, [part.lengths], [np.zeros(1, np.int64), part.doc_idx])
+    return _counts(part, src)
+
+
+def _counts(part: Part, src: IndexedDataset) -> dict[str, Any]:
     return {
-        "documents": len(docs),
-        "sequences": len(docs),
-        "tokens": int(ends[-1]) if len(ends) else 0,
+        "documents": part.documents,
+        "sequences": part.sequences,
+        "tokens": part.tokens,
         "dtype": src.dtype.name,
     }

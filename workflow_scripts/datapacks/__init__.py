@@ -2,6 +2,7 @@
 (``mixture``), the plan of phases and packs with exact document ranges and single-epoch ``train_iters``
 (``planner``, ``iterations``; ``limits`` refuses a plan that breaks its limits; ``plan_files`` writes
 ``plan.json/.csv/.md``, ``plan`` reads it as a typed ``Plan``, ``pack_index`` is what the DAG reads of it),
-and each pack's slices, cursor state and merged ``.bin/.idx`` (``slicer``; the merge itself is
-``core.dataset_merge``). ``settings`` types the config's ``training``, ``datapacks`` and ``mixtures``.
+each pack's spec (``slicer``), and each pack's ``.bin/.idx`` written at once from its sources with its cursor
+state (``packer``, over ``core.dataset_merge``). ``settings`` types the config's ``training``, ``datapacks``
+and ``mixtures``.
 """
