@@ -29,6 +29,9 @@ checkpoint plan:
         links=f"{TOK}/counted",
     output:
         json=f"{OUT}/plan.json",
+        # its table, beside it (workflow_scripts/datapacks/plan_table.py)
+        slices=f"{OUT}/plan.slices.parquet",
+        sources=f"{OUT}/plan.sources.parquet",
         csv=f"{OUT}/plan.csv",
         md=f"{OUT}/plan.md",
     log:

@@ -18,6 +18,12 @@ def plan_of(config: dict, signature: list, lengths) -> dict:
     return make_plan(PlanSettings.from_config(config), signature, lengths)
 
 
+def sources(plan: dict) -> dict[str, dict]:
+    """The plan's sources' table (its ``sources`` columns) by source: available, taken, epochs, held_out."""
+    columns = plan["sources"]
+    return {name: {k: v[i] for k, v in columns.items()} for i, name in enumerate(columns["source"])}
+
+
 def signature(sizes: dict[str, int], doc_tokens: int) -> tuple[list[dict], dict[str, np.ndarray]]:
     sig, lengths = [], {}
     for name, docs in sizes.items():
@@ -122,11 +128,11 @@ def test_wrap_around_is_reported_as_upsampling() -> None:
     )
     de = next(s for s in plan["packs"][0]["slices"] if s["source"] == "de_web_a")
     assert de["upsampled"] and de["ranges"][0] == [0, 0, 10] and de["ranges"][1][0] == 1
-    assert plan["final_epochs"]["de_web_a"] == pytest.approx(5.0)
-    assert plan["final_epochs"]["en_web_a"] == pytest.approx(1.5)
-    de = plan["conservation"]["de_web_a"]
+    assert sources(plan)["de_web_a"]["epochs"] == pytest.approx(5.0)
+    assert sources(plan)["en_web_a"]["epochs"] == pytest.approx(1.5)
+    de = sources(plan)["de_web_a"]
     assert (de["available"], de["taken"], de["epochs"]) == (1000, 5000, 5.0)
-    assert sum(t["taken"] for t in plan["conservation"].values()) == sum(p["tokens"] for p in plan["packs"])
+    assert sum(plan["sources"]["taken"]) == sum(p["tokens"] for p in plan["packs"])
 
 
 def test_appending_a_pack_leaves_earlier_packs_unchanged() -> None:
@@ -158,7 +164,7 @@ def test_an_iters_phase_longer_than_a_pack_is_cut_in_iterations() -> None:
 def test_a_source_without_documents_does_not_break_the_plan() -> None:
     sig, lengths = signature({"en_web_a": 300, "de_web_a": 300, "en_web_empty": 0}, 100)
     plan = plan_of(config([{"name": "main", "tokens": 20_000, "mixture": "main"}]), sig, lengths.__getitem__)
-    assert plan["final_epochs"]["en_web_empty"] == 0.0
+    assert sources(plan)["en_web_empty"]["epochs"] == 0.0
     assert all(s["source"] != "en_web_empty" for p in plan["packs"] for s in p["slices"])
 
 
@@ -230,7 +236,7 @@ def test_validation_is_held_out_of_every_pack_even_when_sources_wrap() -> None:
         for s in pack["slices"]:
             held = {"de_web_a": 7, "en_web_a": 97}.get(s["source"])
             assert held is None or all(b <= held for _, _, b in s["ranges"]), (pack["name"], s)
-    de = plan["conservation"]["de_web_a"]
+    de = sources(plan)["de_web_a"]
     assert (de["available"], de["held_out"]) == (700, 300) and de["epochs"] > 2
     with pytest.raises(PlanError, match="would leave less than half for training"):
         plan_of(
@@ -272,7 +278,7 @@ def test_a_20_mb_document_in_a_small_shard_language_still_leaves_a_hold_out() ->
         first[s["source"]] = start
         total = int(lengths[s["source"]].sum())
         assert stop == len(lengths[s["source"]]) and s["tokens"] == int(lengths[s["source"]][start:].sum())
-        assert s["tokens"] <= total // 2 and plan["conservation"][s["source"]]["held_out"] == s["tokens"]
+        assert s["tokens"] <= total // 2 and sources(plan)[s["source"]]["held_out"] == s["tokens"]
     assert plan["notes"] == [
         "valid_en: source en_web_big skipped: holding out even its last document (10485758 of its 10485758 "
         "tokens) would leave less than half of it for training; held out from en_web_a, en_web_b instead"

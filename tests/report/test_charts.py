@@ -15,6 +15,7 @@ from tests.report.conftest import RUN, write_training_records
 from tests.utils import Workflow
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.settings import schema_entry
+from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.plan_files import add_training
@@ -56,8 +57,10 @@ def test_plan_tables_hold_the_plan(sample_run: Workflow) -> None:
     assert by_lang.sum(axis=1).to_dict() == {p["name"]: p["tokens"] for p in plan["packs"]}
     epochs = pd.read_csv(results / "report" / "plan" / "epochs.csv").set_index("source")
     final = epochs[plan["packs"][-1]["phase"]].to_dict()
-    assert final == pytest.approx(plan["final_epochs"])
-    assert set(epochs.index[epochs["read_again"]]) == {s for s, e in plan["final_epochs"].items() if e > 1}
+    sources = plan_table.source_frame(Plan.read(results / "plan.json"))
+    read = dict(zip(sources["source"], sources["epochs"], strict=True))
+    assert final == pytest.approx(read)
+    assert set(epochs.index[epochs["read_again"]]) == {s for s, e in read.items() if e > 1}
 
 
 def test_data_tables_add_up(sample_run: Workflow) -> None:
@@ -198,7 +201,8 @@ def test_the_epochs_chart_of_many_sources_has_a_row_per_group(tmp_path: Path) ->
     chart = plan_charts.epochs(Plan.from_dict(plan))
     table = chart.table.set_index("group")
     assert table["sources"].to_dict() == groups
-    highest = {g: max(e for s, e in plan["final_epochs"].items() if s.startswith(g)) for g in groups}
+    final = list(zip(plan["sources"]["source"], plan["sources"]["epochs"], strict=True))
+    highest = {g: max(e for s, e in final if s.startswith(g)) for g in groups}
     assert table["main"].to_dict() == pytest.approx(highest)
     assert table["read_again"].to_dict() == {g: e > 1 for g, e in highest.items()}
     assert chart.figure.get_figheight() < 5

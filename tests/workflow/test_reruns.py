@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from tests.utils import REPO, Workflow
+from workflow_scripts.datapacks import plan_table
+from workflow_scripts.datapacks.plan import Plan
 
 pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
 
@@ -227,13 +229,13 @@ def test_removed_source_leaves_no_trace_in_the_packs(clone: Workflow, finished: 
     results = clone.root / "results"
     signature = orjson.loads((results / "tokenized" / "signature.json").read_bytes())
     assert all(EXTRA not in e["name"] for e in signature["prefixes"])
-    plan = orjson.loads((results / "plan.json").read_bytes())
-    for pack in plan["packs"]:
-        assert all(EXTRA not in s["source"] for s in pack["slices"])
-        stats = orjson.loads((results / "datapacks" / pack["name"] / "stats.json").read_bytes())
+    plan = Plan.read(results / "plan.json")
+    for pack in plan.packs:
+        assert all(EXTRA not in s["source"] for s in plan_table.pack_rows(plan, pack.name))
+        stats = orjson.loads((results / "datapacks" / pack.name / "stats.json").read_bytes())
         assert all(EXTRA not in s["source"] for s in stats["sources"])
-    before = orjson.loads((finished.root / "results" / "plan.json").read_bytes())
-    assert any(EXTRA in s["source"] for p in before["packs"] for s in p["slices"]), "it was in the packs"
+    before = plan_table.slice_frame(Plan.read(finished.root / "results" / "plan.json"))
+    assert before["source"].str.contains(EXTRA).any(), "it was in the packs"
 
 
 # -- stuck and stale states ------------------------------------------------------------------------------

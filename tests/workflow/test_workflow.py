@@ -16,7 +16,8 @@ import yaml
 from tests.utils import REPO, Workflow, build_dataset, sft_config, train_tokenizer, web_source
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import pack_index
+from workflow_scripts.datapacks import pack_index, plan_table
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import shuffle_permutation
 from workflow_scripts.dedup.settings import DedupSettings
 from workflow_scripts.dedup.text import Shingler
@@ -116,6 +117,11 @@ def load_plan(wf: Workflow) -> dict:
     return orjson.loads((wf.root / "results" / "plan.json").read_bytes())
 
 
+def pack_rows(wf: Workflow, pack: str) -> list[dict]:
+    """A pack's slices, from the plan's table."""
+    return plan_table.pack_rows(Plan.read(wf.root / "results" / "plan.json"), pack)
+
+
 def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
     results = sample_run.root / "results"
     plan = load_plan(sample_run)
@@ -128,7 +134,7 @@ def test_merged_packs_hold_the_planned_documents(sample_run: Workflow) -> None:
         assert pack.get("neox", pack)["train_iters" if "neox" in pack else "tokens"] > 0
         assert merged.num_tokens == pack["tokens"] and merged.num_documents == pack["documents"]
         i = 0
-        for s in pack["slices"]:
+        for s in pack_rows(sample_run, pack["name"]):
             source = IndexedDataset(sample_run.root / s["prefix"])
             for _, a, b in s["ranges"]:
                 for doc in (a, b - 1):  # the first and last document of every range, by content
@@ -177,7 +183,7 @@ def test_appending_a_phase_leaves_earlier_packs_untouched(sample_run: Workflow) 
     assert orjson.loads(index.read_bytes())["packs"] == [p["name"] for p in after["packs"]]
     assert (results / "merged" / "ext_5" / "ext_5.bin").is_file()
     state = orjson.loads((results / "datapacks" / "ext_5" / "state.json").read_bytes())
-    assert state["cursors"] == after["packs"][-1]["state_after"]
+    assert state["cursors"] == list(plan_table.states(Plan.read(results / "plan.json")))[-1]
 
 
 def test_shuffled_sources_feed_the_packs(sample_run: Workflow, tmp_path: Path) -> None:
@@ -194,7 +200,7 @@ def test_shuffled_sources_feed_the_packs(sample_run: Workflow, tmp_path: Path) -
     assert plan["shuffle"] and not (results / "datapacks" / "sources").exists()
     for pack in [*plan["packs"], *plan["validation"]]:
         merged, i = IndexedDataset(results / "merged" / pack["name"] / pack["name"]), 0
-        for s in pack["slices"]:
+        for s in pack_rows(wf, pack["name"]):
             source = IndexedDataset(wf.root / s["prefix"])
             order = shuffle_permutation(source.num_documents, plan["seed"], s["source"])
             for _, a, b in s["ranges"]:
@@ -320,7 +326,8 @@ def test_tokenized_sources_plan_beside_raw_sources(workflow: Workflow, tmp_path:
         for e in json.loads((tok / "signature.json").read_text())["prefixes"]
     }
     assert {"de_news_old_split_old-0000", "fr_books_hand_split_hand-0000"} <= names
-    assert {s["lang"] for s in load_plan(workflow)["packs"][0]["slices"]} == {"en", "de", "fr"}
+    first = load_plan(workflow)["packs"][0]["name"]
+    assert {s["lang"] for s in pack_rows(workflow, first)} == {"en", "de", "fr"}
     assert "Nothing to be done" in workflow.ok(*run, "-n", "--", "plan")
 
 

@@ -1,13 +1,18 @@
-"""The plan as typed data: ``Plan.read(path)`` is the one reader of ``plan.json``.
+"""The plan as typed data: ``Plan.read(path)`` is the one reader of ``plan.json`` and its table.
 
-The planner (``planner.make_plan``) and ``plan_files`` build the plan in its JSON form (a dict) and write it;
-every module that reads a plan takes a ``Plan``. The entries are frozen dataclasses whose fields are the JSON
-keys, in the JSON's order. ``Plan.from_dict`` reads the JSON form with ``msgspec.convert`` (lists become
-tuples, objects dataclasses), refusing one without a key it needs or with a value of the wrong type (naming
-the file, the entry and the key). ``to_dict`` gives it back unchanged, field by field, so ``plan.json`` keeps
-its format: a field with a default (``notes``; ``held_out``; the trainer settings, ``training`` and
+``plan.json`` is the plan's header, for people and trainers: the iteration math, the phases, each pack's
+summary (budget, tokens, iterations, offset, merged prefix, trainer keys, training cadence), the validation
+packs' and the notes; its size does not grow with the sources. The rows per (pack, source) slice and per
+source are the plan's table beside it (``plan_table``: Parquet), read only by what needs them. The planner
+(``planner.make_plan``) and ``plan_files`` build the plan in its in-memory form (the header's keys, each
+pack's rows under ``slices`` and the sources' columns under ``sources``); ``Plan.from_dict`` reads that form
+or the header alone. The entries are frozen dataclasses whose fields are the JSON keys, in the JSON's order,
+read with ``msgspec.convert`` (lists become tuples, objects dataclasses), refusing one without a key it needs
+or with a value of the wrong type (naming the file, the entry and the key). ``to_dict`` gives the header back
+unchanged, field by field: a field with a default (``notes``; the trainer settings, ``training`` and
 ``checkpoint_disk`` that ``plan_files`` adds) is left out while it holds that default, and one without a
-default is always written (``wall_hours`` and ``tb_each`` as null when unknown).
+default is always written (``wall_hours`` and ``tb_each`` as null when unknown). ``Slice`` and
+``HeldOutSlice`` type a pack's rows of the table (``plan_table.pack_slices``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 import msgspec
@@ -33,7 +38,7 @@ class PlanFormatError(UserError, ValueError):
     edited by hand)."""
 
 
-_REMAKE = "(a plan of another snakepack version? make it again: snakemake --forcerun plan)"
+REMAKE = "(a plan of another snakepack version? make it again: snakemake --forcerun plan)"
 
 
 def _format_error(error: msgspec.ValidationError, where: str) -> PlanFormatError:
@@ -44,8 +49,8 @@ def _format_error(error: msgspec.ValidationError, where: str) -> PlanFormatError
     place = f"{where}: {at}" if at else where
     missing = re.fullmatch(r"Object missing required field `(.+)`", what)
     if missing:
-        return PlanFormatError(f"{place} has no {missing.group(1)!r} {_REMAKE}")
-    return PlanFormatError(f"{place}: {what[:1].lower()}{what[1:]} {_REMAKE}")
+        return PlanFormatError(f"{place} has no {missing.group(1)!r} {REMAKE}")
+    return PlanFormatError(f"{place}: {what[:1].lower()}{what[1:]} {REMAKE}")
 
 
 def _json(value: Any) -> Any:
@@ -63,8 +68,9 @@ class _Entry:
     """An entry of the plan (a dataclass): its JSON form is its fields, those at their default left out."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: every field in order, one with a default only when it holds another value."""
-        values = ((f, getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
+        """The JSON form: every field in order, one with a default only when it holds another value (a field
+        kept out of ``repr`` is no key: ``Plan.where``)."""
+        values = ((f, getattr(self, f.name)) for f in fields(self) if f.repr)  # type: ignore[arg-type]
         return {f.name: _json(value) for f, value in values if value != f.default}
 
 
@@ -139,7 +145,7 @@ class PackTraining(_Entry):
 
 @dataclass(frozen=True, kw_only=True)
 class PackPlan(_Entry):
-    """One training pack: its slices, iterations and place in the run, and the cursors after it.
+    """One training pack's summary: its size, iterations and place in the run (its rows: ``plan_table``).
 
     ``merged_prefix``, ``neox`` and ``megatron_data_args`` are set once ``plan_files`` knows where the packs
     are merged, ``training`` when the config has ``train.base_config``; ``None`` (and absent) before.
@@ -151,12 +157,12 @@ class PackPlan(_Entry):
     budget: int
     tokens: int
     documents: int
-    slices: tuple[Slice, ...]
+    sources: int  # the sources it reads (its rows of the table)
+    upsampled_sources: int  # of them, those read in a second (or later) epoch
     train_iters: int
     iteration_offset: int  # the global iterations of the packs before it
     trained_tokens: int
     wall_hours: Number | None  # None: no estimate (training.model_params, gpus, tflops_per_gpu)
-    state_after: dict[str, CursorState]  # every source's cursor after this pack
     merged_prefix: str | None = None
     neox: NeoxKeys | None = None
     megatron_data_args: tuple[str, ...] | None = None
@@ -173,8 +179,7 @@ class ValidationPack(_Entry):
     budget: int  # datapacks.validation_tokens
     tokens: int
     documents: int
-    slices: tuple[HeldOutSlice, ...]
-    state_after: dict[str, CursorState]  # empty: a validation pack moves no cursor
+    sources: int  # the sources it holds documents of
     merged_prefix: str | None = None  # set by plan_files, as a pack's
 
 
@@ -185,17 +190,6 @@ class PhaseBudget(_Entry):
     name: str
     mixture: str
     tokens: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class SourceTokens(_Entry):
-    """A source's tokens: available, taken by each pack and in all, epochs read, held out for validation."""
-
-    available: int
-    taken: int
-    epochs: Number
-    by_pack: dict[str, int]
-    held_out: int | None = None  # None: nothing held out of this source
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -211,8 +205,9 @@ class CheckpointDisk(_Entry):
 
 @dataclass(frozen=True, kw_only=True)
 class Plan(_Entry):
-    """The datapack plan: the iteration math, the phases, the packs and validation packs, and the sources'
-    epochs and token conservation."""
+    """The datapack plan's header: the iteration math, the phases, the packs' and validation packs' summaries.
+
+    ``where`` is the ``plan.json`` it was read from (its table is beside it); not part of the JSON."""
 
     tokens_per_iter: int
     seq_length: int
@@ -226,19 +221,26 @@ class Plan(_Entry):
     validation: tuple[ValidationPack, ...]
     notes: tuple[str, ...] = ()
     total_train_iters: int
-    final_epochs: dict[str, Number]  # every source's epochs read after the last pack
-    conservation: dict[str, SourceTokens]
     checkpoint_disk: CheckpointDisk | None = None  # with train.base_config
+    where: str = field(default="", compare=False, repr=False)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Plan:
-        """The plan in ``path`` (a ``plan.json``)."""
-        return cls.from_dict(read_json(path), os.fspath(path))
+        """The plan in ``path`` (a ``plan.json``); its table is read from beside it when asked for."""
+        try:
+            raw = read_json(path)
+        except FileNotFoundError:
+            raise PlanFormatError(f"{path}: missing (make the plan: snakemake plan)") from None
+        return cls.from_dict({**raw, "where": os.fspath(path)}, os.fspath(path))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], where: str = "the plan") -> Plan:
-        """The plan in its JSON form; ``where`` names it in errors (the file it was read from)."""
+        """The plan in its JSON form, the header alone or the planner's form with its rows (kept for its
+        table: ``plan_table.tables``); ``where`` names it in errors (the file it was read from)."""
         try:
-            return msgspec.convert(raw, type=cls)
+            plan = msgspec.convert(raw, type=cls)
         except msgspec.ValidationError as error:
             raise _format_error(error, where) from None
+        if "sources" in raw:
+            plan.__dict__["rows"] = raw  # a frozen dataclass: its own __dict__ keeps what it was made from
+        return plan

@@ -1,7 +1,11 @@
-"""``snakepack plan``: the datapack plan as JSON (for the slicer and trainers), CSV and a Markdown table.
+"""``snakepack plan``: the datapack plan as a JSON header and its table (for the packs and trainers), a CSV
+and a Markdown summary, and each pack's spec.
 
-The plan is built in its JSON form (``planner.make_plan``, then ``add_trainer_settings`` and
-``add_training``); the specs, tables and text are made from it as a ``Plan``."""
+The plan is built in its in-memory form (``planner.make_plan``, then ``add_trainer_settings`` and
+``add_training``); the header, table, specs and text are made from it as a ``Plan``. The CSV and the
+Markdown summarise per pack, language and domain (and name the most read sources): at 100,000 sources they
+stay a few KB, the rows being in the table (``plan_table``).
+"""
 
 from __future__ import annotations
 
@@ -16,53 +20,60 @@ import orjson
 import pandas as pd
 
 from workflow_scripts.core import schedule
-from workflow_scripts.core.fsio import atomic_path, dumps_json, read_json, write_if_changed, write_json
+from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import pack_index
+from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import pack_spec
+from workflow_scripts.datapacks.specs import write_specs
+
+TOP_SOURCES = 10  # the most read sources plan.md names
 
 
 def plan_rows(plan: Plan) -> pd.DataFrame:
-    """One row per pack, language and domain: tokens, shares, iteration math and time estimate."""
-    rows = []
-    for pack in plan.packs:
-        for s in pack.slices:
-            rows.append(
-                {
-                    "pack": pack.name,
-                    "phase": pack.phase,
-                    "mixture": pack.mixture,
-                    "lang": s.lang,
-                    "domain": s.domain,
-                    "tokens": s.tokens,
-                    "documents": s.documents,
-                    "train_iters": pack.train_iters,
-                    "iteration_offset": pack.iteration_offset,
-                    "wall_hours": pack.wall_hours,
-                }
-            )
+    """One row per pack, language and domain: tokens, documents, sources, the highest epochs read after the
+    pack of its sources that the pack reads, shares, iteration math and time estimate."""
     keys = ["pack", "phase", "mixture", "lang", "domain", "train_iters", "iteration_offset", "wall_hours"]
-    df = pd.DataFrame(rows, columns=[*keys, "tokens", "documents"])  # the columns also without a phase
-    df = df.groupby(keys, sort=False, dropna=False, as_index=False)[["tokens", "documents"]].sum()
+    slices = plan_table.slice_frame(plan)
+    packs = pd.DataFrame(
+        [(p.name, p.train_iters, p.iteration_offset, p.wall_hours) for p in plan.packs],
+        columns=["pack", "train_iters", "iteration_offset", "wall_hours"],
+    )
+    df = slices.merge(packs, on="pack", how="left", sort=False).reindex(
+        columns=[*keys, "tokens", "documents", "source", "epochs_after"]
+    )
+    df = df.groupby(keys, sort=False, dropna=False, as_index=False).agg(
+        tokens=("tokens", "sum"),
+        documents=("documents", "sum"),
+        sources=("source", "size"),
+        max_epochs=("epochs_after", "max"),
+    )
     df["share"] = (df["tokens"] / df.groupby("pack")["tokens"].transform("sum")).round(4)
     return df
 
 
-PACK_COLUMNS = ("pack", "phase", "budget", "tokens", "train_iters", "iteration_offset", "trained_tokens")
+PACK_COLUMNS = (
+    "pack",
+    "phase",
+    "budget",
+    "tokens",
+    "train_iters",
+    "iteration_offset",
+    "trained_tokens",
+    "sources",
+)
 
 
 def pack_table(plan: Plan) -> pd.DataFrame:
-    """One row per pack: its budget, real tokens, iterations, offset, upsampled sources and hours."""
+    """One row per pack: its budget, real tokens, iterations, offset, sources read and upsampled, hours."""
     return pd.DataFrame(
         [
             {
                 **{c: getattr(p, c if c != "pack" else "name") for c in PACK_COLUMNS},
                 "wall_hours": p.wall_hours,
-                "upsampled_sources": sum(s.upsampled for s in p.slices),
+                "upsampled_sources": p.upsampled_sources,
             }
             for p in plan.packs
         ],
@@ -70,23 +81,24 @@ def pack_table(plan: Plan) -> pd.DataFrame:
     )
 
 
-def epochs_table(plan: Plan) -> pd.DataFrame:
-    """Epochs read of every source after each pack (values above 1 mean upsampling)."""
-    return (
-        pd.DataFrame({p.name: {s.source: s.epochs_after for s in p.slices} for p in plan.packs})
-        .ffill(axis=1)
-        .fillna(0.0)
+def groups_table(plan: Plan) -> pd.DataFrame:
+    """Per language and domain: its sources, tokens available, taken and held out, the sources read more
+    than once and the highest epochs read of one of them."""
+    sources = plan_table.source_frame(plan)
+    return sources.groupby(["lang", "domain"], sort=True, as_index=False).agg(
+        sources=("source", "size"),
+        available=("available", "sum"),
+        taken=("taken", "sum"),
+        held_out=("held_out", "sum"),
+        upsampled=("epochs", lambda e: int((e > 1).sum())),
+        max_epochs=("epochs", "max"),
     )
 
 
-def sources_table(plan: Plan) -> pd.DataFrame:
-    """Token conservation per source: available, taken over all packs, epochs read."""
-    return pd.DataFrame(
-        [
-            {"source": n, **{k: v for k, v in t.to_dict().items() if k != "by_pack"}}
-            for n, t in plan.conservation.items()
-        ]
-    )
+def most_read(plan: Plan, top: int = TOP_SOURCES) -> pd.DataFrame:
+    """The ``top`` sources read the most epochs (then the most tokens): available, taken, epochs, held out."""
+    sources = plan_table.source_frame(plan).drop(columns="prefix")
+    return sources.sort_values(["epochs", "taken"], ascending=False, kind="stable").head(top)
 
 
 def add_training(plan: dict[str, Any], config: dict[str, Any]) -> None:
@@ -138,8 +150,8 @@ def has_estimate(plan: Plan) -> bool:
 def markdown(plan: Plan) -> str:
     """The human-readable plan (without an estimate, the hours are left out and it says so once)."""
     packs, rows = pack_table(plan), plan_rows(plan)
-    epochs = epochs_table(plan)
-    upsampled = sorted(n for n, e in plan.final_epochs.items() if e > 1)
+    sources = plan_table.source_frame(plan)
+    upsampled = sources.loc[sources["epochs"] > 1, "source"].tolist()
     estimate: list[str] = []
     if not has_estimate(plan):
         packs, rows = packs.drop(columns="wall_hours"), rows.drop(columns="wall_hours")
@@ -151,7 +163,8 @@ def markdown(plan: Plan) -> str:
         "",
         f"tokens per iteration: {plan.tokens_per_iter:,} (seq_length {plan.seq_length} x global batch "
         f"{plan.global_batch_size}); epoch rule: {plan.epoch_rule}; max tokens per pack: "
-        f"{plan.max_tokens_per_pack:,}; total train_iters: {plan.total_train_iters:,}",
+        f"{plan.max_tokens_per_pack:,}; total train_iters: {plan.total_train_iters:,}; "
+        f"sources: {len(sources):,}",
         "",
         *estimate,
         "## Packs",
@@ -159,21 +172,23 @@ def markdown(plan: Plan) -> str:
         packs.to_markdown(index=False),
         "",
         *training_lines(plan),
-        "## Tokens by language and domain",
+        "## Tokens by language and domain (sources read, the highest epochs read after the pack)",
         "",
         rows.to_markdown(index=False),
         "",
-        "## Tokens per source (available, taken, epochs read)",
+        "## Sources by language and domain (tokens available, taken, held out; read more than once)",
         "",
-        sources_table(plan).to_markdown(index=False),
+        groups_table(plan).to_markdown(index=False),
         "",
-        "## Epochs per source after each pack",
+        f"## The {min(TOP_SOURCES, len(sources))} most read sources (every source: the plan's table)",
         "",
-        epochs.to_markdown(),
+        most_read(plan).to_markdown(index=False),
         "",
     ]
     if upsampled:
-        lines += [f"**Upsampled** (read more than once): {', '.join(upsampled)}", ""]
+        more = f" and {len(upsampled) - TOP_SOURCES:,} more" if len(upsampled) > TOP_SOURCES else ""
+        named = ", ".join(upsampled[:TOP_SOURCES])
+        lines += [f"**Upsampled** (read more than once, {len(upsampled):,}): {named}{more}", ""]
     if plan.notes:
         lines += ["## Notes", "", *(f"- {note}" for note in plan.notes), ""]
     return "\n".join(lines)
@@ -234,24 +249,6 @@ def stale_packs(plan: Plan, merged_dir: str) -> list[str]:
     )
 
 
-def write_specs(plan: Plan, signature: list[dict[str, Any]], specs_dir: str) -> None:
-    """``{specs_dir}/{pack}.json`` for every pack, and the pack index, each written only when it changed;
-    specs of packs that are no longer planned are removed."""
-    pack_index.write(plan, specs_dir)
-    identities = {e["prefix"]: e.get("identity") for e in signature}
-    for index, pack in enumerate(plan.packs):
-        write_if_changed(
-            Path(specs_dir) / f"{pack.name}.json", dumps_json(pack_spec(plan, index, identities))
-        )
-    for valid in plan.validation:
-        spec = pack_spec(plan, None, identities, valid.name)
-        write_if_changed(Path(specs_dir) / f"{valid.name}.json", dumps_json(spec))
-    planned = {f"{p.name}.json" for p in [*plan.packs, *plan.validation]}
-    for old in Path(specs_dir).glob("*.json"):
-        if old.name not in planned:
-            old.unlink()
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config-json", required=True, help="JSON with seed, training, datapacks, mixtures")
@@ -273,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = Plan.from_dict(raw)
     write_specs(plan, signature, args.specs_dir)
     stale = stale_packs(plan, args.merged_dir)
+    plan_table.write(plan_table.tables(plan), args.out_json)
     write_json(args.out_json, plan.to_dict())
     with atomic_path(args.out_csv) as tmp:
         plan_rows(plan).to_csv(tmp, index=False)

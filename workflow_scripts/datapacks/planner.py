@@ -27,6 +27,7 @@ seconds, and it is exact: the slicer later copies precisely the document ranges 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,16 +61,42 @@ class Cursor:
         return {"epoch": self.epoch, "doc": self.doc}
 
 
-@dataclass
+@dataclass(slots=True)
 class Source:
-    """A tokenized source: its name and cumulative token counts (in the order it is read)."""
+    """A tokenized source: its name and cumulative token counts (in the order it is read), read from its index
+    only when a pack or the hold-out reads it (most sources of a large run are read by few packs)."""
 
     name: str
     prefix: str
-    cumsum: np.ndarray  # int64, len = documents + 1, cumsum[0] == 0
+    tokens: int  # the signature's count (the index's own once it is read)
+    load: Callable[[], np.ndarray]  # the document lengths, from its index
+    seed: int | None = None  # read in a seeded order (``shuffle_permutation``), else in its own
+    lang: str = ""
+    domain: str = ""
     cursor: Cursor = field(default_factory=Cursor)
     path: str = ""  # the tokenized source, as errors name it
     order: np.ndarray | None = None  # the reading order (shuffled): the source's document of each place
+    _cumsum: np.ndarray | None = None
+
+    @property
+    def cumsum(self) -> np.ndarray:
+        """int64, len = documents + 1, cumsum[0] == 0, in the reading order."""
+        if self._cumsum is None:
+            lens = np.asarray(self.load(), dtype=np.int64)
+            if self.seed is not None:
+                self.order = shuffle_permutation(len(lens), self.seed, self.name)
+                lens = lens[self.order]
+            self._cumsum = np.concatenate([[0], np.cumsum(lens)])
+        return self._cumsum
+
+    @cumsum.setter
+    def cumsum(self, value: np.ndarray) -> None:
+        self._cumsum = value
+
+    @property
+    def total(self) -> int:
+        """Its tokens (the signature's until the index is read)."""
+        return self.tokens if self._cumsum is None else int(self._cumsum[-1])
 
     def longest(self, ranges: Sequence[Sequence[int]]) -> limits.Document:
         """The longest document of ``ranges`` ((epoch, start, stop) in the reading order)."""
@@ -86,7 +113,9 @@ class Source:
         return len(self.cumsum) - 1
 
     def epochs(self) -> float:
-        return self.cursor.epoch + (self.cursor.doc / self.documents if self.documents else 0.0)
+        if self.cursor.doc == 0:  # not read, or read to the end of an epoch: no need to read its index
+            return float(self.cursor.epoch)
+        return self.cursor.epoch + self.cursor.doc / self.documents
 
     def take(self, target: int) -> list[tuple[int, int, int]]:
         """Take whole documents until ``target`` tokens are reached; return (epoch, start, stop) ranges."""
@@ -186,8 +215,13 @@ def make_plan(
     lengths: Callable[[str], np.ndarray],
 ) -> dict[str, Any]:
     """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates;
-    refused (``limits``) where a pack or phase passes its budget by too much."""
+    refused (``limits``) where a pack or phase passes its budget by too much.
+
+    Its form is ``plan.json``'s (``plan.Plan``) with each pack's rows under ``slices`` and the sources' table,
+    as columns, under ``sources`` (``conservation``): ``plan_table`` writes them as the plan's table."""
     check_one_tokenizer(signature)
+    # a refused plan is made again with larger packs; copies: an index's own array would keep it open
+    lengths = functools.cache(lambda prefix, read=lengths: np.array(read(prefix), dtype=np.int64))
     plan, problems = _plan(settings, signature, lengths)
     if problems:
         raise PlanError(limits.refusal(problems, _fitting_pack_size(settings, signature, lengths)))
@@ -226,26 +260,33 @@ def _plan(
     phases = datapacks.phases
     budgets = phase_budgets(training, phases, pack_max)
     shuffle, seed = datapacks.shuffle, settings.seed
-    sources: dict[str, Source] = {}
     names_of = {e["prefix"]: naming.source_name(e["name"]) for e in signature}
-    for entry in signature:
-        name = names_of[entry["prefix"]]
-        lens = np.asarray(lengths(entry["prefix"]), dtype=np.int64)
-        order = shuffle_permutation(len(lens), seed, name) if shuffle else None
-        if order is not None:
-            lens = lens[order]
-        cumsum = np.concatenate([[0], np.cumsum(lens)])
-        sources[name] = Source(name, entry["prefix"], cumsum, path=entry.get("source", ""), order=order)
+    sources = {
+        names_of[e["prefix"]]: Source(
+            names_of[e["prefix"]],
+            e["prefix"],
+            int(e["tokens"]),
+            functools.partial(lengths, e["prefix"]),
+            seed if shuffle else None,
+            e["lang"],
+            e["domain"],
+            path=e.get("source", ""),
+        )
+        for e in signature
+    }
     validation, notes = hold_out(signature, names_of, sources, datapacks.validation_tokens)
     packs: list[dict[str, Any]] = []
     iters_cap = None if datapacks.max_tokens_per_pack else datapacks.max_iters_per_pack
     bounds = limits.Limits(seq, batch, rule, pack_max, iters_cap)
     problems: list[str] = []
     offset = 0
+    shares_of: dict[str, list[Any]] = {}  # a mixture's shares, once for all its phases
     for phase, budget in zip(phases, budgets, strict=True):
         if phase.mixture not in mixtures:
             raise PlanError(f"phase {phase.name} uses unknown mixture {phase.mixture!r}")
-        shares = compute_shares(signature, mixtures[phase.mixture])
+        if phase.mixture not in shares_of:
+            shares_of[phase.mixture] = compute_shares(signature, mixtures[phase.mixture])
+        shares = shares_of[phase.mixture]
         names = [names_of[s.prefix] for s in shares]
         first = len(packs)
         for pack_tokens, cap in pack_sizes(training, phase, budget, pack_max):
@@ -256,7 +297,6 @@ def _plan(
             iters = min(iters, cap or iters, iters_cap or iters)
             pack.update(train_iters=iters, iteration_offset=offset, trained_tokens=iters * tpi)
             pack["wall_hours"] = _wall_hours(training, pack["trained_tokens"])
-            pack["state_after"] = {n: src.cursor.as_dict() for n, src in sources.items()}
             offset += iters
             packs.append(pack)
             problems += filter(None, [limits.pack_problem(pack, bounds, lambda p=pack: _longest(p, sources))])
@@ -276,8 +316,7 @@ def _plan(
         "validation": validation,
         **({"notes": notes} if notes else {}),  # only when there is something to say: a plan stays as it was
         "total_train_iters": offset,
-        "final_epochs": {name: round(src.epochs(), 6) for name, src in sources.items()},
-        "conservation": conservation(sources, packs, validation),
+        "sources": conservation(sources, packs, validation),
     }
     return plan, problems
 
@@ -300,7 +339,7 @@ def hold_out(
     packs: list[dict[str, Any]] = []
     notes: list[str] = []
     for lang in sorted(by_lang):
-        ordered = sorted(by_lang[lang], key=lambda s: (int(s.cumsum[-1]), s.name), reverse=True)
+        ordered = sorted(by_lang[lang], key=lambda s: (s.total, s.name), reverse=True)
         starts = _hold_out_starts(ordered, tokens)
         if starts is None:
             most = sum(int(s.cumsum[-1] - s.cumsum[_end_start(s, int(s.cumsum[-1]))]) for s in ordered)
@@ -351,8 +390,8 @@ def hold_out(
                 "budget": tokens,
                 "tokens": sum(s["tokens"] for s in slices),
                 "documents": sum(s["documents"] for s in slices),
+                "sources": len(slices),
                 "slices": slices,
-                "state_after": {},
             }
         )
     return packs, notes
@@ -382,39 +421,38 @@ def _hold_out_starts(ordered: list[Source], tokens: int) -> list[tuple[Source, i
 
 def conservation(
     sources: dict[str, Source], packs: list[dict[str, Any]], validation: Sequence[dict[str, Any]] = ()
-) -> dict[str, dict[str, Any]]:
-    """Per source: tokens available, taken by each pack and in all, epochs read, held out for validation;
-    checked to add up.
+) -> dict[str, list[Any]]:
+    """The sources' table, as columns: per source its name, link prefix, language and domain, tokens
+    available, taken by all packs, epochs read and held out for validation (None: nothing); checked to add up.
 
     The tokens taken from a source equal its cursor position (epochs x available + the tokens before the
     cursor), and all sources together give exactly the packs' tokens.
     """
-    taken: dict[str, dict[str, int]] = {name: {} for name in sources}
+    taken = dict.fromkeys(sources, 0)
     for pack in packs:
         for s in pack["slices"]:
-            taken[s["source"]][pack["name"]] = s["tokens"]
-    table = {}
+            taken[s["source"]] += s["tokens"]
+    held = {v["source"]: v["tokens"] for pack in validation for v in pack["slices"]}
     for name, src in sources.items():
-        available = int(src.cumsum[-1])
-        total = sum(taken[name].values())
-        position = src.cursor.epoch * available + int(src.cumsum[src.cursor.doc])
-        if total != position:
-            raise PlanError(f"source {name}: {total} tokens taken but the cursor is at {position}")
-        table[name] = {
-            "available": available,
-            "taken": total,
-            "epochs": round(src.epochs(), 6),
-            "by_pack": taken[name],
-        }
-    for pack in validation:
-        for v in pack["slices"]:
-            table[v["source"]]["held_out"] = v["tokens"]
+        if src.cursor.epoch or src.cursor.doc:
+            position = src.cursor.epoch * src.total + int(src.cumsum[src.cursor.doc])
+        else:
+            position = 0
+        if taken[name] != position:
+            raise PlanError(f"source {name}: {taken[name]} tokens taken but the cursor is at {position}")
     packed = sum(p["tokens"] for p in packs)
-    if sum(t["taken"] for t in table.values()) != packed:
-        raise PlanError(
-            f"the sources give {sum(t['taken'] for t in table.values())} tokens, the packs {packed}"
-        )
-    return table
+    if sum(taken.values()) != packed:
+        raise PlanError(f"the sources give {sum(taken.values())} tokens, the packs {packed}")
+    return {
+        "source": list(sources),
+        "prefix": [src.prefix for src in sources.values()],
+        "lang": [src.lang for src in sources.values()],
+        "domain": [src.domain for src in sources.values()],
+        "available": [src.total for src in sources.values()],
+        "taken": list(taken.values()),
+        "epochs": [round(src.epochs(), 6) for src in sources.values()],
+        "held_out": [held.get(name) for name in sources],
+    }
 
 
 def _longest(pack: dict[str, Any], sources: dict[str, Source]) -> limits.Document:
@@ -478,5 +516,7 @@ def _slice_pack(
         "budget": tokens,
         "tokens": sum(s["tokens"] for s in slices),
         "documents": sum(s["documents"] for s in slices),
+        "sources": len(slices),
+        "upsampled_sources": sum(s["upsampled"] for s in slices),
         "slices": slices,
     }

@@ -25,10 +25,9 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.dataset_merge import write_documents, write_slice
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path, read_json, sync_filesystem, write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset, check_complete
+from workflow_scripts.core.indexed_dataset import check_complete
 from workflow_scripts.core.progress import Progress
-from workflow_scripts.datapacks.plan import PackPlan, Plan, ValidationPack
-from workflow_scripts.datapacks.planner import shuffle_permutation
+from workflow_scripts.datapacks.specs import pack_spec, pack_start, reading_order
 
 # A tokenized source's batch tokenizes again the shards whose files changed; an imported one is copied again.
 SOURCE_FIX = (
@@ -40,41 +39,7 @@ class StateMismatch(UserError, RuntimeError):
     """The previous pack's cursor is not where the plan expects this pack to start."""
 
 
-def pack_start(plan: Plan, index: int) -> dict[str, dict[str, int]]:
-    """The cursors the plan expects before pack ``index``."""
-    if index == 0:
-        return {name: {"epoch": 0, "doc": 0} for name in plan.final_epochs}
-    return {name: c.to_dict() for name, c in plan.packs[index - 1].state_after.items()}
-
-
-def pack_spec(plan: Plan, index: int | None, identities: dict[str, Any], name: str = "") -> dict:
-    """Everything that decides a pack's bytes: its plan entry, its start cursors, its sources' identities
-    (``identities``: link prefix -> content identity, from the data signature). ``index`` is the pack's
-    place in ``plan.packs``; ``None`` picks the validation pack ``name`` (no cursors: never chained)."""
-    pack: PackPlan | ValidationPack = (
-        plan.packs[index] if index is not None else next(v for v in plan.validation if v.name == name)
-    )
-    entry = pack.to_dict()
-    return {
-        **{k: entry[k] for k in ("name", "budget", "slices", "state_after")},
-        "index": index,
-        "start": pack_start(plan, index) if index is not None else {},
-        "shuffle": plan.shuffle,
-        **({"seed": plan.seed} if plan.shuffle else {}),  # the sources' order
-        "sources": {s.source: identities.get(s.prefix) for s in pack.slices},
-    }
-
-
-def reading_order(spec: dict[str, Any], prefix: str, name: str) -> np.ndarray | None:
-    """The order in which the pack of ``spec`` reads the documents of source ``name``: the plan's seeded one
-    when it shuffles, else None (the source's own)."""
-    if not spec["shuffle"]:
-        return None
-    if "seed" not in spec:
-        raise UserError(
-            f"pack {spec['name']}: its spec was made by an older plan; rerun the plan (--forcerun plan)"
-        )
-    return shuffle_permutation(IndexedDataset(prefix).num_documents, spec["seed"], name)
+__all__ = ["StateMismatch", "pack_spec", "pack_start", "reading_order", "slice_main", "slice_pack"]
 
 
 def slice_pack(

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.core import naming
+from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.report.charts import Chart, colors, figure, message_figure
@@ -18,22 +19,11 @@ MAX_SOURCE_ROWS = 60
 
 
 def slices(plan: Plan) -> pd.DataFrame:
-    """One row per slice of every pack (pack, phase, mixture, source, language, domain, tokens)."""
-    return pd.DataFrame(
-        [
-            {
-                "pack": p.name,
-                "phase": p.phase,
-                "mixture": p.mixture,
-                "source": s.source,
-                "lang": s.lang,
-                "domain": f"{s.lang}/{s.domain}",
-                "tokens": s.tokens,
-            }
-            for p in plan.packs
-            for s in p.slices
-        ]
-    )
+    """One row per slice of every training pack (pack, phase, mixture, source, language, domain, tokens,
+    epochs read after it), from the plan's table."""
+    table = plan_table.slice_frame(plan)
+    table["domain"] = table["lang"] + "/" + table["domain"]
+    return table[["pack", "phase", "mixture", "source", "lang", "domain", "tokens", "epochs_after"]]
 
 
 def stacked_tokens(plan: Plan, key: str) -> Chart:
@@ -59,20 +49,18 @@ def stacked_tokens(plan: Plan, key: str) -> Chart:
 def epochs(plan: Plan) -> Chart:
     """Epochs read of every source after each phase (cumulative); above 1 a source is read again (red).
     Beyond ``MAX_SOURCE_ROWS`` sources, a row per group: its sources' highest epochs, and their number."""
-    rows = []
-    cumulative: dict[str, float] = {}
     phases = list(dict.fromkeys(p.phase for p in plan.packs))
-    for phase in phases:
-        for pack in (p for p in plan.packs if p.phase == phase):
-            for s in pack.slices:
-                cumulative[s.source] = s.epochs_after
-        rows += [{"source": src, "phase": phase, "epochs": e} for src, e in sorted(cumulative.items())]
-    table = pd.DataFrame(rows).pivot(index="source", columns="phase", values="epochs")[phases].fillna(0.0)
+    read = slices(plan)
+    # a source's epochs only grow: after a phase, its last slice's (of that phase or one before)
+    last = read.groupby(["source", "phase"], sort=False)["epochs_after"].max().unstack("phase")
+    table = last.reindex(columns=phases).ffill(axis=1).fillna(0.0).sort_index()
     sources = None
     if len(table) > MAX_SOURCE_ROWS:
         groups = pd.Index([naming.parse_shard(s)["group"] for s in table.index], name="group")
         sources = table.groupby(groups).size()
         table = table.groupby(groups).max()
+    table.index.name = "source" if sources is None else "group"
+    table.columns.name = None
     fig, (ax,) = figure(9, max(3.0, 0.28 * len(table) + 1.2))
     values = table.to_numpy()
     rgb = np.where(values[..., None] > 1, [0.86, 0.24, 0.2], [0.35, 0.55, 0.8])

@@ -58,7 +58,7 @@ SEED_000 = {
 
 def small_plan(seq: int, batch: int, packs: list[tuple[str, str, int, int, str]]) -> Plan:
     """A plan of ``packs`` (name, phase, train_iters, iteration_offset, merged prefix) without validation
-    packs; of each pack's data only what the trainer configs read (1 token, no slices)."""
+    packs; of each pack's data only what the trainer configs read (1 token, one source)."""
     return Plan(
         tokens_per_iter=seq * batch,
         seq_length=seq,
@@ -76,20 +76,18 @@ def small_plan(seq: int, batch: int, packs: list[tuple[str, str, int, int, str]]
                 budget=1,
                 tokens=1,
                 documents=1,
-                slices=(),
+                sources=1,
+                upsampled_sources=0,
                 train_iters=iters,
                 iteration_offset=offset,
                 trained_tokens=iters * seq * batch,
                 wall_hours=None,
-                state_after={},
                 merged_prefix=prefix,
             )
             for name, phase, iters, offset, prefix in packs
         ),
         validation=(),
         total_train_iters=sum(p[2] for p in packs),
-        final_epochs={},
-        conservation={},
     )
 
 
