@@ -1,18 +1,16 @@
-"""Benchmark: slicing a datapack out of its sources and merging it, against ``cat`` of the same bytes.
+"""Benchmark: writing a datapack straight from its sources, against ``cat`` of the same bytes.
 
 Writes synthetic tokenized sources, plans one pack of about ``--pack-mb`` MB over them (the real planner,
 index lengths only), then alternates ``--repeats`` times: ``cat`` of the sources' ``.bin`` into one file,
-the same followed by an ``fsync`` of its output, the slicer (byte-range copies of each source's share, seed
-000 names) and the merge of the slices (Megatron ``add_index`` semantics), in a rotating order, each after
-reading its inputs once (warm page cache; dirty pages flushed before each run, untimed). Best time of each;
-MB = 10^6 bytes of ``.bin``. Goal: slicing and merging each run at >= 0.8 x cat with fsync of the same
-bytes, the same durability: both flush their files before they finish (slices by one ``syncfs``, the merge
-by ``fsync``), which costs more than the copy itself; plain cat's ratios are printed too. The pack's bytes
-are copied twice in the workflow (sources -> slices -> merged pack), so the end to end rate is also
-printed.
+the same followed by an ``fsync`` of its output, and the pack writer (``packer.write_pack``: each source's
+share copied in the kernel into the pack's one ``.bin``, its ``.idx`` from the lengths, both fsync'd and
+renamed), in a rotating order, each after reading its inputs once (warm page cache; dirty pages flushed
+before each run, untimed). Best time of each; MB = 10^6 bytes of ``.bin``. Goal: the pack at >= 0.8 x cat
+with fsync of the same bytes, the same durability (the flush costs more than the copy itself); plain cat's
+ratio is printed too. The pack's bytes are copied once (sources -> merged pack: no slice files between).
 Figures also go to bench/results/datapacks.json. With ``--shuffle`` the plan reads each source in its
-seeded order and the slicer gathers those documents (``write_documents``) instead of copying ranges
-(figures in datapacks_shuffled.json).
+seeded order and the writer gathers those documents instead of copying ranges (figures in
+datapacks_shuffled.json).
 
     .venv/bin/python bench/bench_datapacks.py                 # 6 sources, 1.2 GB, a 1 GB pack
     .venv/bin/python bench/bench_datapacks.py --pack-mb 200   # quicker
@@ -32,17 +30,16 @@ from pathlib import Path
 import harness
 import numpy as np
 
-from workflow_scripts.core.dataset_merge import merge
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.indexed_dataset import IndexedDataset, bin_path
+from workflow_scripts.datapacks.packer import write_pack
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import pack_spec, slice_pack
+from workflow_scripts.datapacks.specs import pack_spec
 
 LANGS = ["en", "de", "fr", "ru", "zh", "ja"]
 GOAL_RATIO = 0.8
-END_TO_END = "pack end to end (2 copies)"  # slice + merge: the pack's bytes are copied twice
 
 
 def warm(paths: list[str]) -> None:
@@ -95,69 +92,49 @@ def main() -> None:
         raw = make_plan(PlanSettings.from_config(config), signature, lambda p: IndexedDataset(p).lengths)
         plan_s = time.perf_counter() - t
         plan = Plan.from_dict(raw)
-        pack = plan.packs[0]
+        pack, spec = plan.packs[0], pack_spec(plan, 0, {})
         pack_bytes = pack.tokens * dtype.itemsize
         print(
             f"sources: {args.sources} x {per_source / 1e6:.0f} MB; pack {pack.name}: "
-            f"{pack_bytes / 1e6:.0f} MB, {pack.documents} documents, {len(pack.slices)} slices; "
+            f"{pack_bytes / 1e6:.0f} MB, {pack.documents} documents, {len(spec['slices'])} sources; "
             f"planned in {plan_s:.2f} s"
         )
 
-        cat_out, slices, merged = work / "cat.bin", work / "slices", work / "merged"
+        cat_out, merged = work / "cat.bin", work / "merged" / pack.name
 
         def run_cat() -> None:
             with open(cat_out, "wb") as f:
                 subprocess.run(["cat", *(bin_path(e["prefix"]) for e in signature)], stdout=f, check=True)
 
-        def run_slice() -> None:
-            slices.mkdir(exist_ok=True)
-            slice_pack(pack_spec(plan, 0, {}), str(slices), None)
+        def run_pack() -> None:
+            write_pack(spec, merged)
 
         def clear(name: str) -> None:
             """Remove a step's previous output outside the timing (freeing 1 GB of blocks takes a while)."""
-            if name.startswith("cat"):
-                cat_out.unlink(missing_ok=True)
-            elif name == "slice":
-                shutil.rmtree(slices, ignore_errors=True)
-            else:
-                for ext in (".bin", ".idx"):
-                    Path(f"{merged}{ext}").unlink(missing_ok=True)
-
-        def run_merge() -> None:
-            merge([str(slices / s.name) for s in pack.slices], merged)
+            for path in (
+                [cat_out] if name.startswith("cat") else [Path(f"{merged}{e}") for e in (".bin", ".idx")]
+            ):
+                path.unlink(missing_ok=True)
 
         sources = [bin_path(e["prefix"]) for e in signature]
-        reads = {
-            "cat": sources,
-            "slice": sources,
-            "merge": [str(slices / f"{s.name}.bin") for s in pack.slices],
-        }
-        last_slice = slices / f"{pack.slices[-1].name}.bin"
-        reads["cat_fsync"] = sources
-        nbytes = {"cat": src_bytes, "cat_fsync": src_bytes, "slice": pack_bytes, "merge": pack_bytes}
-        steps = {"cat": run_cat, "cat_fsync": run_cat, "slice": run_slice, "merge": run_merge}
+        nbytes = {"cat": src_bytes, "cat_fsync": src_bytes, "pack": pack_bytes}
+        steps = {"cat": run_cat, "cat_fsync": run_cat, "pack": run_pack}
         times: dict[str, list[float]] = {name: [] for name in steps}
         for r, name in harness.rounds(list(steps), args.repeats, rotate=True):
-            if name == "merge" and not last_slice.exists():
-                run_slice()
             clear(name)
-            warm(reads[name])
+            warm(sources)
             seconds = harness.timed(steps[name], cat_out if name == "cat_fsync" else None)
             times[name].append(seconds)
             harness.run_line(r, name, seconds, nbytes[name])
         verify(merged)
         best = harness.best(times)
         rates = {name: nbytes[name] / s / harness.MB for name, s in best.items()}
-        rates[END_TO_END] = pack_bytes / (best["slice"] + best["merge"]) / harness.MB
-        plain = {name: harness.compare(name, rates[name], "cat", rates["cat"]) for name in ("slice", "merge")}
-        ratios = {
-            name: harness.compare(name, rates[name], "cat with fsync", rates["cat_fsync"])
-            for name in ("slice", "merge", END_TO_END)
-        }
-        met = min(ratios["slice"], ratios["merge"]) >= GOAL_RATIO
+        plain = harness.compare("pack", rates["pack"], "cat", rates["cat"])
+        ratio = harness.compare("pack", rates["pack"], "cat with fsync", rates["cat_fsync"])
+        met = ratio >= GOAL_RATIO
         peak_mib = harness.peak_rss_mib()
         print(
-            f"goal slice and merge >= {GOAL_RATIO}x cat with fsync: {'met' if met else 'NOT met'}; "
+            f"goal pack >= {GOAL_RATIO}x cat with fsync: {'met' if met else 'NOT met'}; "
             f"peak RSS {peak_mib:.0f} MB (indexes{' and orders' if args.shuffle else ''} only: "
             f"{pack.documents} documents)"
         )
@@ -170,13 +147,13 @@ def main() -> None:
                     "name": pack.name,
                     "mb": round(pack_bytes / harness.MB, 1),
                     "documents": pack.documents,
-                    "slices": len(pack.slices),
+                    "sources": len(spec["slices"]),
                 },
                 "plan_s": round(plan_s, 3),
                 "runs_s": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
                 "best_mb_s": {name: round(rate, 1) for name, rate in rates.items()},
-                "ratios_vs_cat_fsync": {name: round(ratio, 3) for name, ratio in ratios.items()},
-                "ratios_vs_cat": {name: round(ratio, 3) for name, ratio in plain.items()},
+                "ratios_vs_cat_fsync": {"pack": round(ratio, 3)},
+                "ratios_vs_cat": {"pack": round(plain, 3)},
                 "goal_ratio": GOAL_RATIO,
                 "goal_met": met,
                 "peak_rss_mib": round(peak_mib, 1),

@@ -7,7 +7,7 @@ from workflow_scripts.datapacks.packer import write_pack
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import pack_spec
+from workflow_scripts.datapacks.specs import pack_spec
 
 
 def test_a_validation_pack_from_several_sources_holds_their_last_documents(tmp_path) -> None:

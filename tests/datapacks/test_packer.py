@@ -16,7 +16,7 @@ from workflow_scripts.datapacks import packer
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import pack_spec, reading_order
+from workflow_scripts.datapacks.specs import pack_spec, reading_order
 
 
 def make_source(path: Path, docs: int, seed: int, sequences: int = 1) -> None:

@@ -2,8 +2,7 @@
 (``mixture``), the plan of phases and packs with exact document ranges and single-epoch ``train_iters``
 (``planner``, ``iterations``; ``limits`` refuses a plan that breaks its limits; ``plan_files`` writes
 ``plan.json`` with its table (``plan_table``: a row per slice and per source) and ``plan.csv/.md``, ``plan``
-reads it as a typed ``Plan``, ``pack_index`` is what the DAG reads of it), each pack's spec (``specs``, also
-imported from ``slicer``), and each pack's ``.bin/.idx`` written at once from its sources with its cursor
-state (``packer``, over ``core.dataset_merge``). ``settings`` types the config's ``training``, ``datapacks``
-and ``mixtures``.
+reads it as a typed ``Plan``, ``pack_index`` is what the DAG reads of it), each pack's spec (``specs``), and
+each pack's ``.bin/.idx`` written at once from its sources with its cursor state (``packer``, over
+``core.dataset_merge``). ``settings`` types the config's ``training``, ``datapacks`` and ``mixtures``.
 """

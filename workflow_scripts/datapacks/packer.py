@@ -1,7 +1,7 @@
 """Write one datapack from its spec straight out of the tokenized sources: ``merged/{pack}/{pack}.bin/.idx``.
 
 The pack's ``.bin`` is one sequential write: each source's ranges copied in the kernel, or, with
-``datapacks.shuffle``, its documents gathered in the source's seeded order (``slicer.reading_order``); its
+``datapacks.shuffle``, its documents gathered in the source's seeded order (``specs.reading_order``); its
 ``.idx`` is built from the lengths. Both are written under temporary names, flushed and renamed: no file per
 source. The bytes are those of one slice per source (seed 000's ``{source}_slice{k}_{first_doc}_{tokens}``)
 merged in the plan's order.
@@ -21,7 +21,7 @@ import numpy as np
 
 from workflow_scripts.core.dataset_merge import Part, append_documents, append_ranges
 from workflow_scripts.core.dataset_verify import verify
-from workflow_scripts.core.fsio import atomic_path, read_json, write_json
+from workflow_scripts.core.fsio import atomic_path, read_json, start_writeback, write_json
 from workflow_scripts.core.indexed_dataset import (
     IndexedDataset,
     IndexedDatasetError,
@@ -32,7 +32,7 @@ from workflow_scripts.core.indexed_dataset import (
     write_index,
 )
 from workflow_scripts.core.progress import Progress
-from workflow_scripts.datapacks.slicer import reading_order
+from workflow_scripts.datapacks.specs import reading_order
 
 # A tokenized source's batch tokenizes again the shards whose files changed; an imported one is copied again.
 SOURCE_FIX = (
@@ -74,7 +74,7 @@ def write_pack(
     doc_idx = [np.zeros(1, np.int64)]
     sources: list[dict[str, Any]] = []
     dtype = ""
-    sequences = 0
+    sequences = written = 0
     with atomic_path(idx_path(out_prefix)) as idx_tmp, atomic_path(bin_path(out_prefix)) as bin_tmp:
         with open(bin_tmp, "wb") as f:
             for entry in spec["slices"]:
@@ -88,6 +88,9 @@ def write_pack(
                 lengths.append(part.lengths)
                 doc_idx.append(part.doc_idx)
                 sources.append(_gave(entry, part))
+                f.flush()  # its write-back starts now: the fsync before the rename has less left to do
+                start_writeback(f.fileno(), written, f.tell() - written)
+                written = f.tell()
                 if progress is not None:
                     progress.advance(part.tokens * np.dtype(dtype).itemsize, part.documents)
         write_index(idx_tmp, dtype, lengths, doc_idx)

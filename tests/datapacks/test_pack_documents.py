@@ -12,7 +12,7 @@ from workflow_scripts.datapacks import packer
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
-from workflow_scripts.datapacks.slicer import pack_spec
+from workflow_scripts.datapacks.specs import pack_spec
 
 
 def make_source(path, docs: int, seed: int) -> list[np.ndarray]:
