@@ -4,6 +4,7 @@ GPT-NeoX's own code gives the same: tests/train/test_lineage_compat.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -88,3 +89,9 @@ def test_a_range_of_steps_and_the_command(two_paths: Path, capsys: pytest.Captur
     assert out["checkpoints"] == ["global_step120"] if out["steps"][0] <= 120 else []
     with pytest.raises(UserError, match="not one of this pack's"):
         steps.documents(100, 101)
+
+
+def test_a_megatron_config_is_refused_not_read_in_gpt_neoxs_order(two_paths: Path) -> None:
+    cfg = dataclasses.replace(load_config([str(two_paths)]), trainer="megatron")
+    with pytest.raises(UserError, match="Megatron-LM's sample order"):
+        StepMap(cfg)

@@ -81,6 +81,10 @@ class StepMap:
     """A pack's steps and documents, both ways, from its run config (``reference.config.load_config``)."""
 
     def __init__(self, cfg: RunConfig) -> None:
+        if cfg.trainer != "neox":  # Megatron-LM's GPTDataset splits, orders and blends its own way
+            raise UserError(
+                f"{cfg.path}: lineage reads GPT-NeoX configs; Megatron-LM's sample order is not built"
+            )
         self.cfg = cfg
         specs = data.train_specs(
             cfg.name,
