@@ -84,7 +84,9 @@ TRICKY = [
 
 
 def batches(path: Path, settings: RecordSettings, size: int, utf8: bool) -> list[dict[str, object]]:
-    return [dataclasses.asdict(b) for b in reader.read_batches(str(path), settings, size, utf8)]
+    """Each batch's fields, and its texts as strings (``Batch.strings``)."""
+    read = reader.read_batches(str(path), settings, size, utf8)
+    return [dataclasses.asdict(b) | {"strings": list(b.strings())} for b in read]
 
 
 def corpus(seed: int) -> Iterator[bytes]:
@@ -132,7 +134,7 @@ def test_the_scanner_reads_what_orjson_and_classify_read(
 
     def counted(*args: object) -> tuple[object, ...]:
         result = _jsonl.scan(*args)
-        taken.append(len(result[3]))
+        taken.append(len(result[6]) // 8)  # the sizes of the texts taken (int64)
         return result
 
     def stops(block: object, pos: int, line: int, *rest: object) -> tuple[object, ...]:
@@ -154,7 +156,7 @@ def test_the_scanner_takes_plain_records_and_stops_at_the_others() -> None:
     lines = b"".join(json.dumps({"id": i, "text": f"t\u00e9xt {i}"}).encode() + b"\n" for i in range(100))
     pos, line, stopped, texts, ids, _, _, blob = _jsonl.scan(lines, 0, 0, b"text", [], 0, 1 << 20, 1, 9)
     assert (pos, line, stopped) == (len(lines), 100, False) and ids == list(range(100))
-    assert texts == [f"t\u00e9xt {i}" for i in range(100)] and blob == "".join(texts).encode()
+    assert texts is None and blob == "".join(f"t\u00e9xt {i}" for i in range(100)).encode()
     data = b'{"text": "a"}\n\n{"text": 5}\n{"text": "b"}\n'
     assert _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 99)[:4] == (15, 2, True, ["a"])
     assert _jsonl.scan(data, 0, 0, b"text", [], False, 1, False, 99)[:4] == (14, 1, False, ["a"])
@@ -174,17 +176,39 @@ def test_the_scanner_leaves_every_whitespace_only_text_to_python() -> None:
 
 
 @pytest.mark.skipif(not (3, 11) <= sys.version_info[:2] <= (3, 13), reason="CPython 3.11 to 3.13 only")
-def test_scanned_strings_keep_their_utf8_unless_the_blob_has_it() -> None:
+def test_scanned_strings_keep_their_utf8() -> None:
     """A non-ASCII text comes with its UTF-8 kept in the str (what an engine reading it would make under the
-    GIL): ``sys.getsizeof`` counts it. With the texts' UTF-8 back to back (``blob``, what an engine reading
-    UTF-8 takes) the str keeps no second copy."""
+    GIL): ``sys.getsizeof`` counts it."""
     text = "t\u00e9xt \u6771\u4eac \U0001f642"
     line = json.dumps({"text": text}).encode()
     taken = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, False, 99)[3][0]
     fresh = "".join(list(text))
     assert taken == text and sys.getsizeof(taken) == sys.getsizeof(fresh) + len(text.encode()) + 1
-    _, _, _, texts, _, _, _, blob = _jsonl.scan(line, 0, 0, b"text", [], False, 1 << 20, True, 99)
-    assert texts == [text] and blob == text.encode() and sys.getsizeof(texts[0]) == sys.getsizeof(fresh)
+
+
+def test_with_the_blob_the_scanner_makes_no_string_and_checks_the_utf8_itself() -> None:
+    """With the texts' UTF-8 back to back (``blob``, what an engine reading UTF-8 takes) the scanner makes
+    no str (``texts`` is None; ``Batch.strings`` decodes one when asked) and checks the UTF-8 itself, without
+    the GIL: a text that is not strict UTF-8 stops the scan before its line, as the decoder does without."""
+    text = "t\u00e9xt \u6771\u4eac \U0001f642 " * 3
+    good = json.dumps({"text": text}, ensure_ascii=False).encode() + b"\n"
+    for bad in (
+        b"\xff",
+        b"\xed\xa0\x80",
+        b"\xc0\xaf",
+        b"\xf4\x90\x80\x80",
+        b"\xe4\xb8",
+        b"\x80",
+        b"\xf0\x9f\x98",
+    ):
+        for where in (b"", b"abc \xe4\xb8\xad" * 3):
+            data = good + b'{"text": "' + where + bad + b' end"}\n' + good
+            plain = _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 99)
+            _, _, _, texts, _, _, sizes, blob = scanned = _jsonl.scan(
+                data, 0, 0, b"text", [], False, 1 << 20, True, 99
+            )
+            assert scanned[:3] == plain[:3] == (len(good), 1, True), bad
+            assert texts is None and plain[3] == [text] and blob == text.encode() and sizes == plain[6]
 
 
 def test_write_jsonl_records_scan_as_written(tmp_path: Path) -> None:

@@ -13,9 +13,10 @@
  * this leaves alone); so does having taken ``limit`` bytes of text or more.
  *
  * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob)``: where it stopped, the number of the
- * last line read, whether a line for the caller is there, the texts (str; without ``blob`` each keeping its
- * UTF-8: see ``text_str``) and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with
- * ``blob`` the texts' UTF-8 back to back (else None).
+ * last line read, whether a line for the caller is there, the texts (str, each keeping its UTF-8: see
+ * ``text_str``; with ``blob`` None: no str is made, and the text's UTF-8 is checked here, without the GIL)
+ * and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with ``blob`` the texts'
+ * UTF-8 back to back (else None).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -120,6 +121,28 @@ static inline size_t utf8_seq(const unsigned char *s, const unsigned char *end) 
 
 static inline uint64_t below(uint64_t w, unsigned n) { return (w - ONES * n) & ~w & HIGHS; } /* a byte < n */
 static inline uint64_t equal(uint64_t w, unsigned c) { return below(w ^ (ONES * c), 1); } /* a byte == c */
+
+/* Whether s..end is strict UTF-8 (what CPython's decoder takes): ASCII 8 bytes at a time. */
+static int utf8_valid(const unsigned char *s, const unsigned char *end) {
+    while (s < end) {
+        if (end - s >= 8) {
+            uint64_t w;
+            memcpy(&w, s, 8);
+            if (!(w & HIGHS)) {
+                s += 8;
+                continue;
+            }
+        }
+        if (*s < 0x80) {
+            s++;
+            continue;
+        }
+        size_t n = utf8_seq(s, end);
+        if (!n) return 0;
+        s += n;
+    }
+    return 1;
+}
 
 /* Whether the UTF-8 text at s holds a character that is not whitespace (-1: not valid UTF-8). */
 static int utf8_nonspace(const unsigned char *s, const unsigned char *end) {
@@ -329,6 +352,7 @@ typedef struct {
     Py_ssize_t n_markers;
     int sft;
     size_t long_bytes;
+    int check_utf8; /* the text's UTF-8 is checked here (no str is made to check it) */
 } Settings;
 
 /* The record on one line (without its newline), or 0 for the caller's reader. */
@@ -359,6 +383,7 @@ static int record(const Settings *st, const unsigned char *s, const unsigned cha
             if (has_text++ || p.s >= p.end || *p.s != '"') return 0;
             p.out = texts + *texts_len, p.out_len = 0, p.nonspace = 0, p.lazy = 1;
             if (!string(&p) || !p.nonspace || p.out_len > st->long_bytes) return 0;
+            if (st->check_utf8 && !utf8_valid(p.out, p.out + p.out_len)) return 0;
             p.lazy = 0;
             r->text_off = *texts_len, r->text_len = p.out_len;
             *texts_len += p.out_len;
@@ -455,7 +480,7 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     for (; got_markers < n_markers; got_markers++)
         if (PyObject_GetBuffer(PyList_GET_ITEM(marker_list, got_markers), &markers[got_markers], PyBUF_SIMPLE))
             goto done;
-    Settings st = {key.buf, key.len, markers, n_markers, sft, (size_t)long_bytes};
+    Settings st = {key.buf, key.len, markers, n_markers, sft, (size_t)long_bytes, want_blob};
     const unsigned char *data = block.buf, *end = data + block.len;
     size_t pos = (size_t)start;
     int stopped = 0, failed = 0;
@@ -490,25 +515,24 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    /* the texts first: one the decoder finds invalid UTF-8 in, and the records after it, are the caller's */
+    /* the texts first (without ``blob``): one the decoder finds invalid UTF-8 in, and the records after it,
+     * are the caller's */
     made = malloc((n ? n : 1) * sizeof(PyObject *));
     if (!made) {
         PyErr_NoMemory();
         goto done;
     }
-    for (; n_made < n; n_made++) {
+    for (; !want_blob && n_made < n; n_made++) {
         Record *r = &records[n_made];
-        const char *utf8 = (const char *)text_buf + r->text_off;
-        made[n_made] = want_blob ? PyUnicode_DecodeUTF8(utf8, (Py_ssize_t)r->text_len, NULL) /* the blob has it */
-                                 : text_str(utf8, (Py_ssize_t)r->text_len);
+        made[n_made] = text_str((const char *)text_buf + r->text_off, (Py_ssize_t)r->text_len);
         if (made[n_made]) continue;
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
         PyErr_Clear();
         pos = r->start, line = r->line - 1, stopped = 1, texts_len = r->text_off;
         break;
     }
-    n = n_made;
-    texts = PyList_New((Py_ssize_t)n);
+    if (!want_blob) n = n_made;
+    texts = want_blob ? Py_NewRef(Py_None) : PyList_New((Py_ssize_t)n);
     ids = PyList_New((Py_ssize_t)n);
     PyObject *lines = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     PyObject *sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
@@ -533,8 +557,10 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
             goto done;
         }
-        PyList_SET_ITEM(texts, (Py_ssize_t)i, made[i]);
-        made[i] = NULL; /* the list's now */
+        if (!want_blob) {
+            PyList_SET_ITEM(texts, (Py_ssize_t)i, made[i]);
+            made[i] = NULL; /* the list's now */
+        }
         PyList_SET_ITEM(ids, (Py_ssize_t)i, id);
         line_at[i] = r->line;
         size_at[i] = (int64_t)r->text_len;

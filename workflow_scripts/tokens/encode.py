@@ -144,7 +144,7 @@ def tokenize_file(
         batches = prefetch(reading, early=START_READ_AHEAD // batch_bytes)
         encode = functools.partial(encode_batch, encoder, splitter, settings)
         for batch, long, encoded in in_order(encode, batches, encoder.concurrent_calls):
-            encoded = encoder.finish(batch.texts, encoded)  # here, beside the next batches' encoding
+            encoded = encoder.finish(batch.strings(), encoded)  # here, beside the next batches' encoding
             lengths, routed = encoded.lengths, encoded.routed
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
             routed_docs += len(routed)
@@ -224,10 +224,10 @@ def encode_batch(
     """The batch with its long document taken out (pretraining) and its ids; run by ``in_order``'s threads,
     so that the next batches encode while this one is written (and the caller ``finish``es it)."""
     if splitter is not None:
-        return batch, None, encode_sft(encoder, splitter, settings.marker_ids, batch.texts)
+        return batch, None, encode_sft(encoder, splitter, settings.marker_ids, batch.strings())
     long = pop_long(batch)  # a batch ends with its long document
     utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
-    return batch, long, encoder.encode(batch.texts, utf8)
+    return batch, long, encoder.encode(batch.strings(), utf8)
 
 
 def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 ``batch_bytes`` of text, each with the records rejected while parsing it, read ahead in a background
 thread (``prefetch``) while the previous batches are encoded (``in_order``: one a thread, results in
 order). The compiled scanner (``_jsonl.c``) reads the records it can vouch for (most of them) without the
-GIL; ``classify`` reads every other line. ``REASONS`` are every reject reason of the stage, in the order of
-its stats."""
+GIL; ``classify`` reads every other line. For an engine that reads the texts' UTF-8, a batch holds that and
+no str per text (``Batch.strings`` decodes one when asked). ``REASONS`` are every reject reason of the
+stage, in the order of its stats."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import collections
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -59,9 +60,10 @@ class Reject:
 
 @dataclass
 class Batch:
-    """Accepted texts of a run of input lines, with the rejects found while parsing them."""
+    """Accepted texts of a run of input lines, with the rejects found while parsing them. ``texts``: None
+    for a text held only as UTF-8 (``utf8``; ``strings`` decodes it)."""
 
-    texts: list[str] = field(default_factory=list)
+    texts: list[str | None] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     ids: list[Any] = field(default_factory=list)
     text_bytes: list[int] = field(default_factory=list)  # UTF-8 sizes (not the long document's)
@@ -75,18 +77,28 @@ class Batch:
         return len(self.texts) + len(self.rejects)
 
     def add_scanned(
-        self, texts: list[str], ids: list[Any], lines: bytes, sizes: bytes, utf8: bytes | None, read: int
+        self,
+        texts: list[str] | None,
+        ids: list[Any],
+        lines: bytes,
+        sizes: bytes,
+        utf8: bytes | None,
+        read: int,
     ) -> None:
         """Take in what the scanner took from ``read`` input bytes (``_jsonl.scan``'s results)."""
-        self.texts += texts
+        taken = np.frombuffer(sizes, np.int64).tolist()
+        self.texts += [None] * len(taken) if texts is None else texts
         self.ids += ids
         self.lines += np.frombuffer(lines, np.int64).tolist()
-        taken = np.frombuffer(sizes, np.int64).tolist()
         self.text_bytes += taken
         self.size += sum(taken)
         if utf8 is not None:
             self.utf8.append(utf8)
         self.input_bytes += read
+
+    def strings(self) -> Sequence[str]:
+        """The texts as strings: those held only as UTF-8 decoded when asked for (one at a time)."""
+        return self.texts if not self.utf8 else Strings(self)  # type: ignore[return-value]
 
     def utf8_batch(self) -> tuple[bytes, np.ndarray]:
         """The texts' UTF-8 bytes back to back and each one's size (``read_batches(..., utf8=True)``)."""
@@ -94,6 +106,26 @@ class Batch:
         if len(self.utf8) != 1 or len(self.utf8[0]) != sizes.sum():
             raise ValueError("the batch's UTF-8 bytes were not read, or it holds a long document")
         return self.utf8[0], sizes
+
+
+class Strings(Sequence[str]):
+    """A batch's texts, each held only as UTF-8 decoded when asked for (a batch's long document, last, is a
+    str already)."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.texts = batch.texts
+        self.blob = batch.utf8[0] if len(batch.utf8) == 1 else b"".join(batch.utf8)
+        self.ends = np.cumsum(batch.text_bytes).tolist()
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        text = self.texts[i]
+        if text is not None:
+            return text
+        k = range(len(self.texts))[i]
+        return self.blob[self.ends[k - 1] if k else 0 : self.ends[k]].decode()
 
 
 def classify(
@@ -209,11 +241,12 @@ def add_line(
     if isinstance(text, Reject):
         batch.rejects.append(text)
         return False
-    batch.texts.append(text)
     batch.lines.append(line)
     batch.ids.append(rid)
     if len(text) > LONG_CHARS:
+        batch.texts.append(text)
         return True
+    batch.texts.append(None if utf8 else text)
     if utf8:
         batch.utf8.append(text.encode())
     size = len(batch.utf8[-1]) if utf8 else utf8_length(text)
@@ -295,7 +328,8 @@ def prefetch(items: Generator[T, None, None], depth: int = 2, early: int = 0) ->
 def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
     """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
     bytes)``. A long document always ends its batch (and has no UTF-8 bytes or size in it)."""
-    if not batch.texts or len(batch.texts[-1]) <= LONG_CHARS:
+    text = batch.texts[-1] if batch.texts else None
+    if text is None or len(text) <= LONG_CHARS:
         return None
-    text = batch.texts.pop()
+    batch.texts.pop()
     return text, batch.lines.pop(), batch.ids.pop(), utf8_length(text)

@@ -4,8 +4,11 @@ the unit memo."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,12 +17,15 @@ import pytest
 import sentencepiece as spm
 
 from tests.tokens.engines.test_sp_memo import EXACT, FALLBACK, ours, texts, train
+from tests.utils import write_jsonl
 from workflow_scripts.core import cache
+from workflow_scripts.tokens import reader
 from workflow_scripts.tokens.engines import base, choose, sp_gigatoken
 from workflow_scripts.tokens.engines.base import Encoded
 from workflow_scripts.tokens.engines.ids import holding, utf8_batch
 from workflow_scripts.tokens.engines.sp_gigatoken import SpGigatoken
 from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
+from workflow_scripts.tokens.framing import RecordSettings
 from workflow_scripts.tokens.settings import TokenizeSettings
 
 CONTROL_TEXT = [
@@ -186,3 +192,51 @@ def test_the_reader_s_utf8_is_what_the_engine_encodes(tmp_path: Path) -> None:
         split(from_utf8) == split(from_strings) == spm.SentencePieceProcessor(model_proto=model).encode(batch)
     )
     assert from_utf8.routed == from_strings.routed and len(batch) - 2 not in from_utf8.routed
+
+
+def test_the_engine_decodes_only_the_texts_it_leaves_to_sentencepiece(tmp_path: Path) -> None:
+    """A batch the reader read as UTF-8 holds no str per text; encoding it decodes only the texts spelling an
+    added piece (for SentencePiece), and the ids are SentencePiece's."""
+    model = train(**ours("bpe"))
+    engine, note = SpGigatoken.start(loaded(model, tmp_path))
+    assert engine is not None, note
+    batch = ["plain text", "\u65e5\u672c\u8a9e text \u00e9", "<s> and </s> stay text", "more"] * 10
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in batch])
+    [read] = reader.read_batches(str(path), RecordSettings(), 1 << 30, utf8=True)
+    asked: list[int] = []
+
+    class Counted(reader.Strings):
+        def __getitem__(self, i: int) -> str:  # type: ignore[override]
+            asked.append(i)
+            return super().__getitem__(i)
+
+    encoded = engine.encode(Counted(read), read.utf8_batch())
+    assert split(encoded) == spm.SentencePieceProcessor(model_proto=model).encode(batch)
+    assert read.texts == [None] * len(batch) and asked == encoded.routed == list(range(2, len(batch), 4))
+
+
+ONE_THREAD = """
+import sys
+from workflow_scripts.tokens.engines.sp_gigatoken import SpGigatoken
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
+tokenizer = SentencePieceTokenizer(sys.argv[1])
+for start in range(2):  # the first probes and records the model, the second loads it
+    engine, note = SpGigatoken.start(tokenizer)
+    assert engine is not None, note
+texts = ["plain text", "\\u65e5\\u672c\\u8a9e \\u00e9", "<s> spelled", "x" * 999]
+encoded = engine.encode(texts)
+assert encoded.lengths.tolist() == [len(ids) for ids in tokenizer.sp.encode(texts)], encoded
+print("awkward" in sys.modules)
+"""
+
+
+def test_one_thread_encodes_each_text_alone_without_awkward(tmp_path: Path) -> None:
+    """On one thread (a small shard's job) each text is one gigatoken call: nothing imports awkward, whose
+    import costs about 0.15 CPU seconds a job (its ids are SentencePiece's: the tests above, threads 1)."""
+    path = tmp_path / "m.model"
+    path.write_bytes(train(**ours("bpe")))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}  # a cache of its own
+    run = subprocess.run(
+        [sys.executable, "-c", ONE_THREAD, str(path)], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["False"], run.stderr

@@ -162,6 +162,14 @@ class Tokenizer(abc.ABC):
             yield np.asarray(after, np.int32)
 
 
+def holds_long(texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None) -> bool:
+    """Whether a text is over ``LONG_CHARS`` characters; with their UTF-8 sizes, none is where none is over
+    ``LONG_CHARS`` bytes (then no text is looked at: a batch's may be decoded only when asked for)."""
+    if utf8 is not None and (not len(utf8[1]) or int(utf8[1].max()) <= LONG_CHARS):
+        return False
+    return any(len(t) > LONG_CHARS for t in texts)
+
+
 @dataclass(frozen=True)
 class Encoded:
     """A batch's ids back to back (int32) and each text's count (int64), with the texts (indices) the engine
@@ -206,7 +214,7 @@ class Encoder(abc.ABC):
         is False."""
         if not texts:
             return Encoded(*no_ids())
-        if self.cuts_long and any(len(t) > LONG_CHARS for t in texts):
+        if self.cuts_long and holds_long(texts, utf8):
             return self._with_long(texts, specials)
         return self._encode(texts, utf8, specials)
 

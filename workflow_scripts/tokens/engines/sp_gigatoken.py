@@ -12,9 +12,10 @@ added pieces written in text, odd whitespace, many scripts and seeded random cod
 keeps the unit memo (``choose``). Converting and probing take about 0.3 s, so a model that passed keeps its
 converted form in the cache, per gigatoken and SentencePiece version, and later jobs load that.
 
-With one thread each document is one call to gigatoken (its pretoken cache lives as long as the process);
-with more, each batch is one call on gigatoken's own thread pool (threads of ours calling it per document
-contend for that cache and run slower than one). Either way no Python object is made per token.
+Each encoder thread encodes its own batch on its own thread (``encode_batch(parallel=False)``, whose
+result is an awkward array); with one thread, each text is one ``encode`` call instead (as fast, and no
+awkward import, a tenth of a small shard's job; each call holds the GIL, so not with more threads). Either
+way no Python object is made per token.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from workflow_scripts.core import cache
 from workflow_scripts.tokens.engines.base import Encoded, Encoder
-from workflow_scripts.tokens.engines.ids import flat, holding, split, strings, utf8_batch
+from workflow_scripts.tokens.engines.ids import flat, holding, one_by_one, split, strings, utf8_batch
 from workflow_scripts.tokens.engines.probes import SP_PROBES, probe
 from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
 from workflow_scripts.tokens.model_proto import read_options
@@ -115,7 +116,10 @@ class SpGigatoken(Encoder):
 
     def _encode(self, texts: Sequence[str], utf8: tuple[bytes, np.ndarray] | None, specials: bool) -> Encoded:
         blob, sizes = utf8 or utf8_batch(texts)
-        ids, lengths = flat(self.impl.encode_batch(strings(blob, sizes), parallel=False))
+        if self.threads == 1:
+            ids, lengths = one_by_one(self.impl, blob, sizes)
+        else:
+            ids, lengths = flat(self.impl.encode_batch(strings(blob, sizes), parallel=False))
         routed = holding(self.protect, blob, sizes) if self.protect else []
         if routed:
             docs = split(ids, lengths)
