@@ -2,7 +2,7 @@
 and gigatoken's.
 
     .venv/bin/python bench/bench_tokenize_fast.py [--corpus both|debian|synthetic] [--every N] [--workers 2]
-        [--repeats 3] [--no-megatron] [--no-plain] [--synthetic-mb 200]
+        [--repeats 3] [--no-megatron] [--no-plain] [--no-sentencepiece] [--synthetic-mb 200]
 
 Steps, for each corpus (work dir bench/_work/tokenize_fast, git-ignored; corpora and models are reused when
 present; ``--every N`` takes every N-th document, the same mix, for shorter runs):
@@ -17,7 +17,8 @@ present; ``--every N`` takes every N-th document, the same mix, for shorter runs
    Llama-2-style BPE model trained by SentencePiece's ``spm_train`` (byte fallback, split digits), EOD
    ``</s>``.
 3. Interleaved rounds (best of ``--repeats``): SentencePiece's batched ``encode`` of the texts already in
-   memory, in the CLI's 4 MB batches, with ``--workers`` threads (int lists and numpy output); gigatoken's
+   memory, in the CLI's 4 MB batches, with ``--workers`` threads (int lists and numpy output;
+   ``--no-sentencepiece`` leaves it out: a tenth of the CLI's speed, it takes most of a run); gigatoken's
    (``from_sentencepiece``, ``encode_batch`` on its thread pool of ``--workers``) of the texts in memory, in a
    fresh process each round (``gigatoken``: its first pass over the corpus, as a CLI run's) and in this
    process (``gigatoken_warm``: after the first round its pretoken caches already hold the corpus's words);
@@ -262,6 +263,10 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     steps = {
         "encode_int": lambda: bench_tokenize.encode_only(model, batches, args.workers, int),
         "encode_numpy": lambda: bench_tokenize.encode_only(model, batches, args.workers, "numpy"),
+    }
+    if args.no_sentencepiece:
+        steps = {}
+    steps |= {
         "gigatoken": lambda: gigatoken_child(model, corpus, args.workers),
         "gigatoken_warm": lambda: gigatoken_encode(model, batches, args.workers),
         "cli_fast": lambda: cli("fast"),
@@ -282,7 +287,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "best_mb_s": round(mb / best[k], 2),
             "cpu_s": round(min(m.cpu for m in v), 2),
         }
-    for base in ("encode_int", "encode_numpy", "gigatoken", "gigatoken_warm"):
+    for base in [b for b in ("encode_int", "encode_numpy", "gigatoken", "gigatoken_warm") if b in best]:
         for fast in ("cli_fast", "cli_memo"):
             harness.compare(f"{name}: tokenize CLI {fast[4:]} (best)", mb / best[fast], base, mb / best[base])
             res[f"ratio_{fast[4:]}_vs_{base}"] = round(best[base] / best[fast], 3)
@@ -349,6 +354,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-megatron", action="store_true", help="skip Megatron-LM's preprocess_data.py")
     parser.add_argument("--no-plain", action="store_true", help="skip the CLI with the fast path off")
+    parser.add_argument(
+        "--no-sentencepiece", action="store_true", help="skip SentencePiece's own encode (the slow baseline)"
+    )
     parser.add_argument(
         "--megatron-git",
         default=bench_tokenize.MEGATRON_GIT,
