@@ -125,13 +125,19 @@ def test_snakepack_pack_writes_the_pack_its_cursor_and_what_each_source_gave(tmp
 
 
 def test_a_pack_is_flushed_once_whatever_its_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No file per source and no fsync per source: the pack's two files are flushed before their rename."""
+    """No file per source and no fsync per source: the pack's two files are flushed before their rename; the
+    write-back starts as the pack grows, not once a source."""
     spec = specs_for(tmp_path, shuffle=False)[0]
     assert len(spec["slices"]) == 2
     calls: list[str] = []
     monkeypatch.setattr("workflow_scripts.core.fsio.fsync_path", lambda p: calls.append(Path(p).name))
+    writebacks: list[int] = []  # started every WRITEBACK_BYTES, not once a source: a small pack has none
+    monkeypatch.setattr(packer, "start_writeback", lambda fd, offset, n: writebacks.append(n))
     packer.write_pack(spec, tmp_path / "p" / "p")
-    assert sorted(calls) == sorted([".tmp.p.bin", ".tmp.p.idx", "p", "p"])
+    assert sorted(calls) == sorted([".tmp.p.bin", ".tmp.p.idx", "p", "p"]) and writebacks == []
+    monkeypatch.setattr(packer, "WRITEBACK_BYTES", 1)
+    packer.write_pack(spec, tmp_path / "p" / "p")
+    assert len(writebacks) == 2 and sum(writebacks) == Path(tmp_path / "p" / "p.bin").stat().st_size
     assert sorted(f.name for f in (tmp_path / "p").iterdir()) == ["p.bin", "p.idx"]
 
 

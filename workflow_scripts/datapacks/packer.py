@@ -23,6 +23,7 @@ from workflow_scripts.core.dataset_merge import Part, append_documents, append_r
 from workflow_scripts.core.dataset_verify import verify
 from workflow_scripts.core.fsio import atomic_path, read_json, start_writeback, write_json
 from workflow_scripts.core.indexed_dataset import (
+    WRITEBACK_BYTES,
     IndexedDataset,
     IndexedDatasetError,
     PathLike,
@@ -88,9 +89,10 @@ def write_pack(
                 lengths.append(part.lengths)
                 doc_idx.append(part.doc_idx)
                 sources.append(_gave(entry, part))
-                f.flush()  # its write-back starts now: the fsync before the rename has less left to do
-                start_writeback(f.fileno(), written, f.tell() - written)
-                written = f.tell()
+                if f.tell() - written >= WRITEBACK_BYTES:  # the fsync before the rename has less left to do
+                    f.flush()
+                    start_writeback(f.fileno(), written, f.tell() - written)
+                    written = f.tell()
                 if progress is not None:
                     progress.advance(part.tokens * np.dtype(dtype).itemsize, part.documents)
         write_index(idx_tmp, dtype, lengths, doc_idx)
