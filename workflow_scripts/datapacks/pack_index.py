@@ -1,6 +1,6 @@
 """The pack index: what the workflow's input functions read of the plan (the packs' names), beside the pack
-specs. The plan itself holds about 4 KB a shard: parsing it in every dry run cost seconds and gigabytes at
-100,000 shards. Light: the Snakefile imports it.
+specs, in every dry run (a plan made before the index existed is read for them instead). Light: the
+Snakefile imports it.
 """
 
 from __future__ import annotations
