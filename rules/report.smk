@@ -11,6 +11,7 @@ report: "../report/workflow.rst"
 rule report_plan:
     input:
         plan=f"{OUT}/plan.json",
+        plan_table=[f"{OUT}/plan.slices.parquet", f"{OUT}/plan.sources.parquet"],
         mixtures=expand(f"{OUT}/mixtures/{{mixture}}.json", mixture=config["mixtures"]),
         configs=TRAIN_LAYOUT.file(train_layout.CONFIGS_CSV) if config["train"]["base_config"] else [],
         captions=REPORT_CAPTIONS["plan"],
