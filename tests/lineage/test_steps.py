@@ -46,10 +46,10 @@ def test_each_steps_documents_and_each_documents_steps_agree(two_paths: Path) ->
     per_step = cfg.batch * (cfg.seq_length + 1)  # packed samples of seq_length + 1 tokens
     seen: dict[tuple[int, int], set[int]] = {}
     for step in range(cfg.offset + 1, cfg.end + 1):
-        reads = steps.documents(step, step)
+        reads = steps.sequences(step, step)
         assert sum(r.tokens for r in reads) == per_step, step
         for r in reads:
-            seen.setdefault((r.path, r.doc), set()).add(step)
+            seen.setdefault((r.path, r.sequence), set()).add(step)
     for (path, doc), read_at in seen.items():
         assert steps.steps(path, doc) == sorted(read_at), (path, doc)
     unread = [(p, d) for p in (0, 1) for d in range(300) if (p, d) not in seen]
@@ -75,20 +75,20 @@ def test_the_spans_are_the_reference_trainers_samples(two_paths: Path) -> None:
 def test_a_range_of_steps_and_the_command(two_paths: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = load_config([str(two_paths)])
     steps = StepMap(cfg)
-    reads = steps.documents(101, 104)
+    reads = steps.sequences(101, 104)
     assert sum(r.tokens for r in reads) == 4 * cfg.batch * (SEQ + 1)
     assert snakepack(["lineage", "--config", str(two_paths), "--steps", "101:104"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [(d["doc"], d["tokens"]) for d in out["documents"]] == [(r.doc, r.tokens) for r in reads]
+    assert [(d["sequence"], d["tokens"]) for d in out["documents"]] == [(r.sequence, r.tokens) for r in reads]
     r = reads[0]
     (Path(cfg.save) / "global_step120").mkdir(parents=True)
     (Path(cfg.save) / "global_step100").mkdir()  # the pack before: it has not seen the document
-    assert snakepack(["lineage", "--config", str(two_paths), "--doc", f"{r.path}:{r.doc}"]) == 0
+    assert snakepack(["lineage", "--config", str(two_paths), "--doc", f"{r.path}:{r.sequence}"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["steps"] == steps.steps(r.path, r.doc) and out["steps"][0] <= 104
-    assert out["checkpoints"] == ["global_step120"] if out["steps"][0] <= 120 else []
+    assert out["steps"] == steps.steps(r.path, r.sequence) and out["steps"][0] <= 104
+    assert out["checkpoints"] == ["global_step120"]  # its first step is at most 104
     with pytest.raises(UserError, match="not one of this pack's"):
-        steps.documents(100, 101)
+        steps.sequences(100, 101)
 
 
 def test_a_megatron_config_is_refused_not_read_in_gpt_neoxs_order(two_paths: Path) -> None:

@@ -1,4 +1,7 @@
-"""Which documents of a pack each global step reads, and which steps read a document.
+"""Which sequences of a pack each global step reads, and which steps read a sequence.
+
+GPT-NeoX calls the ``.idx``'s sequences documents; with one sequence a document (the tokenizer's default)
+they are the same (``sources.document_of`` maps one to the other).
 
 A pack's GPT-NeoX config decides its reading order: the index mappings of each ``train_data_paths`` entry
 (document, sample and shuffle index) and the blend of the paths, for ``train_iters x train_batch_size``
@@ -23,11 +26,11 @@ from workflow_scripts.train.reference.run_config import RunConfig
 
 
 @dataclass(frozen=True)
-class DocumentRead:
-    """Tokens of one document of ``train_data_paths[path]`` read by some steps."""
+class SequenceRead:
+    """Tokens of one sequence (GPT-NeoX's "document") of ``train_data_paths[path]`` read by some steps."""
 
     path: int
-    doc: int
+    sequence: int
     tokens: int
 
 
@@ -113,23 +116,25 @@ class StepMap:
         path = int(self.which[k])
         return [(path, *span) for span in self.paths[path].spans(int(self.within[k]))]
 
-    def documents(self, first_step: int, last_step: int) -> list[DocumentRead]:
-        """The documents global steps ``first_step..last_step`` read, with the tokens read of each, in
-        (path, document) order."""
+    def sequences(self, first_step: int, last_step: int) -> list[SequenceRead]:
+        """The sequences global steps ``first_step..last_step`` read, with the tokens read of each, in
+        (path, sequence) order."""
         batch = self.cfg.batch
         lo, hi = self._local(first_step) * batch, (self._local(last_step) + 1) * batch
         totals: dict[tuple[int, int], int] = {}
         for k in range(lo, hi):
             for path, doc, start, stop in self.sample_spans(k):
                 totals[path, doc] = totals.get((path, doc), 0) + stop - start
-        return [DocumentRead(p, d, t) for (p, d), t in sorted(totals.items())]
+        return [SequenceRead(p, q, t) for (p, q), t in sorted(totals.items())]
 
-    def steps(self, path: int, doc: int) -> list[int]:
-        """The global steps that read document ``doc`` of ``train_data_paths[path]``, ascending."""
+    def steps(self, path: int, sequence: int) -> list[int]:
+        """The global steps that read sequence ``sequence`` of ``train_data_paths[path]``, ascending."""
         index = self.paths[path]
-        if not 0 <= doc < len(index.lengths):
-            raise UserError(f"{self.cfg.train_paths[path]}: no document {doc} (it has {len(index.lengths)})")
-        shuffled = index.shuffled_samples(doc)
+        if not 0 <= sequence < len(index.lengths):
+            raise UserError(
+                f"{self.cfg.train_paths[path]}: no sequence {sequence} (it has {len(index.lengths)})"
+            )
+        shuffled = index.shuffled_samples(sequence)
         blended = index.blended[shuffled[shuffled < len(index.blended)]]
         local = np.unique(blended // self.cfg.batch)
         return [int(self.cfg.offset + i + 1) for i in local]

@@ -1,0 +1,70 @@
+"""``snakepack lineage`` with the plan: a step's sequences named by their tokenized source and document, and
+a source document's steps and checkpoints, on a pack the pack writer made from a real plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.lineage.test_sources import plan_of
+from tests.train.conftest import model  # noqa: F401 (a fixture)
+from tests.train.reference.conftest import BATCH, SEQ, write_config
+from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import write_json
+from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks import packer, plan_table
+from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.datapacks.specs import pack_spec
+from workflow_scripts.lineage.sources import PackSources
+from workflow_scripts.lineage.steps import StepMap
+from workflow_scripts.train.reference.config import load_config
+
+pytestmark = pytest.mark.fast
+
+
+def lineage(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert snakepack(["lineage", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_steps_and_source_documents_through_the_plan(
+    tmp_path: Path,
+    model: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan = plan_of(tmp_path, shuffle=True, sequences=1)
+    plan_json = tmp_path / "plan.json"
+    write_json(plan_json, plan.to_dict())
+    plan_table.write(plan_table.tables(plan), plan_json)
+    name = plan.packs[1].name
+    prefix = tmp_path / "merged" / name / name
+    packer.write_pack(pack_spec(plan, 1, {}), prefix)
+    iters = train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH)
+    config = write_config(
+        tmp_path / f"{name}.yml",
+        model,
+        train_data_paths=[str(prefix)],
+        train_data_weights=[1.0],
+        train_iters=iters,
+        iteration_offset=10,
+        save=str(tmp_path / "checkpoints"),
+    )
+    args = ("--config", str(config), "--plan", str(plan_json))
+    sources = PackSources.of_plan(plan, name)
+    out = lineage(capsys, *args, "--steps", "11:12")
+    assert out["documents"] and {d["path"] for d in out["documents"]} == {str(prefix)}
+    for d in out["documents"]:
+        where = sources.source_of(d["document"])
+        assert (d["source"], d["source_document"], d["epoch"]) == (where.source, where.doc, where.epoch)
+        assert d["document"] == d["sequence"]  # one sequence a document
+    first = out["documents"][0]
+    (tmp_path / "checkpoints" / "global_step12").mkdir(parents=True)
+    out = lineage(capsys, *args, "--source-doc", f"{first['source']}:{first['source_document']}")
+    (pack,) = out["packs"]
+    steps = StepMap(load_config([str(config)]))
+    assert pack["documents"] == sources.pack_documents(first["source"], first["source_document"])
+    assert pack["steps"] == sorted({s for d in pack["documents"] for s in steps.steps(0, d)})
+    assert pack["steps"][0] in (11, 12) and pack["checkpoints"] == ["global_step12"]
+    assert snakepack(["lineage", "--config", str(config), "--source-doc", "x:1"]) == 2  # needs --plan
