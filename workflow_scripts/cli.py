@@ -69,6 +69,7 @@ COMMANDS: dict[str, Command] = {
     "train-detach": _c("train.detach", "submit what is left of the training chain as sbatch jobs"),
     "launch-env": _c("train.launch_env", "a Slurm job's nodes, tasks and hostfile, from Slurm, for a launch"),
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
+    "audit-packs": _c("datapacks.audit", "every document of every source accounted for by the plan's packs"),
     "lineage": _c("lineage.query", "the documents a pack's steps read; the steps that read a document"),
     "report": _c("report.build", "one section of the HTML report: charts, tables and a page"),
     "merge": _c("core.dataset_commands", "merge .bin/.idx prefixes in order", "merge_main"),

@@ -9,47 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.datapacks.test_packer import document_lengths, make_source
+from tests.datapacks.test_audit import plan_of
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import packer
-from workflow_scripts.datapacks.plan import Plan
-from workflow_scripts.datapacks.planner import make_plan
-from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.specs import pack_spec
 from workflow_scripts.lineage.sources import PackSources, document_of
 
 pytestmark = pytest.mark.fast
-
-
-def plan_of(tmp: Path, shuffle: bool, sequences: int) -> Plan:
-    """Four packs over a large English and a small German source (read in several epochs), each document of
-    ``sequences`` sequences."""
-    sizes = {"en_web_a": 160, "de_web_a": 40}
-    for i, (name, docs) in enumerate(sizes.items()):
-        make_source(tmp / name, docs, i, sequences)
-    sig = [
-        {
-            "prefix": str(tmp / n),
-            "name": n,
-            "lang": n[:2],
-            "domain": "web",
-            "tokens": IndexedDataset(tmp / n).num_tokens,
-        }
-        for n in sizes
-    ]
-    cfg = {
-        "seed": 5,
-        "training": {"seq_length": 16, "global_batch_size": 2, "epoch_rule": "neox"},
-        "datapacks": {
-            "max_iters_per_pack": 80,
-            "shuffle": shuffle,
-            "validation_tokens": 400,
-            "phases": [{"name": "main", "tokens": 10000, "mixture": "m"}],
-        },
-        "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
-    }
-    return Plan.from_dict(make_plan(PlanSettings.from_config(cfg), sig, document_lengths))
 
 
 def document(ds: IndexedDataset, doc: int) -> np.ndarray:

@@ -25,7 +25,7 @@ import pandas as pd
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import plan_table
+from workflow_scripts.datapacks import audit, plan_table
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import PlanError, make_plan
@@ -291,6 +291,7 @@ def write_plan(args: argparse.Namespace) -> None:
     add_trainer_settings(raw, args.merged_dir)
     add_training(raw, config)
     plan = Plan.from_dict(raw)
+    accounted = audit.check(plan)  # before anything is written: every document read as the epochs say
     write_specs(plan, signature, args.specs_dir)
     stale = stale_packs(plan, args.merged_dir)
     plan_table.write(plan_table.tables(plan), args.out_json)
@@ -306,6 +307,13 @@ def write_plan(args: argparse.Namespace) -> None:
         text += (
             f"\n**Stale packs** in {args.merged_dir} (not in this plan; delete them): {', '.join(stale)}\n"
         )
+    read = ", ".join(
+        f"{n} read {k}x" if k != "0" else f"{n} not reached" for k, n in accounted["read"].items()
+    )
+    text += (
+        f"\n**Audit**: the {accounted['documents']} documents of {accounted['sources']} sources: {read}; "
+        f"{accounted['held_out']} held out for validation (`snakepack audit-packs`).\n"
+    )
     with atomic_path(args.out_md) as tmp:
         tmp.write_text(text)
     sys.stdout.write(text)

@@ -1,7 +1,9 @@
-"""Lineage: what the model saw. Reads a pack's trainer config and its merged ``.bin/.idx``; writes nothing.
-Modules:
+"""Lineage: what the model saw. Reads a pack's trainer config, its merged ``.bin/.idx`` and the plan;
+writes nothing. Modules:
 
-- ``steps``: which documents of a pack each global step reads, and which steps read a document (the
+- ``steps``: which sequences of a pack each global step reads, and which steps read a sequence (the
   trainer's sample order, inverted),
-- ``query``: ``snakepack lineage`` (``--steps N:M``, ``--doc PATH:DOC``) over it.
+- ``sources``: a pack's documents back to their tokenized sources, from the plan's rows,
+- ``query``: ``snakepack lineage`` (``--steps N:M``, ``--doc PATH:SEQ``, ``--source-doc SOURCE:DOC``) over
+  them.
 """
