@@ -23,11 +23,23 @@ Goal: 10,000 shards <= 30 s, 100,000 <= 5 minutes, within 2x plain Snakemake; <=
 per-shard rules at 100,000 shards; a Slurm job's start <= 10 s beyond Snakemake's own import at 10,000
 shards.
 
+With ``--after-tokenize``, instead: the whole chain after the tokenize batch jobs (the tokenized list, count,
+mixtures, plan, the packs, trainer configs, the report's data and plan pages), timed through ``snakemake
+--cores 2`` on a tree finished up to tokenize (bench/_work/scale/after_N), whatever its rules are called:
+per rule from Snakemake's log, per command (``snakepack CMD``) with its CPU seconds and peak RSS sampled
+from /proc (``snakemake_jobs.py``). The tree is written directly in minutes (``ingest_directly``, then
+``finish_per_shard_steps``): N raw files and shards of ``--docs-per-shard`` documents (about 100 tokens
+each) in 12 groups. ``--keep`` keeps it; ``--reuse`` removes what came after tokenize and runs the chain
+again with the workflow's current files. Goal (issue 56): 10,000 shards <= 30 s, 100,000 <= 120 s, the
+biggest job's peak <= 2 GB (today 100 s and 1,116 s).
+
     .venv/bin/python bench/bench_scale.py                      # 1000, 10000 (about 10 minutes)
     .venv/bin/python bench/bench_scale.py --shards 1000 10000 100000
     .venv/bin/python bench/bench_scale.py --shards 1000 --slurm 2000   # and 2,000 shards through Slurm
     .venv/bin/python bench/bench_scale.py --shards 100000 --keep           # keep the tree (an hour to build)
     .venv/bin/python bench/bench_scale.py --shards 100000 --reuse          # measure it again (minutes)
+    .venv/bin/python bench/bench_scale.py --after-tokenize --shards 10000 100000 --keep   # build 3 minutes
+    .venv/bin/python bench/bench_scale.py --after-tokenize --shards 10000 100000 --keep --reuse
 """
 
 from __future__ import annotations
@@ -40,10 +52,13 @@ import shutil
 import string
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import harness
+import numpy as np
 import orjson
+import snakemake_jobs
 import yaml
 
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
@@ -63,6 +78,7 @@ GROUPS = [
     ("ja", "news"),
 ]
 TOKENS_PER_DOC = 400
+VOCAB = 8000  # the sample config's vocabulary
 PER_BATCH = 400  # the schema's shards_per_job
 SNAKEMAKE = harness.SNAKEMAKE
 
@@ -119,10 +135,14 @@ def batch_records(stage: Path, bench: Path | None, stems: list[str]) -> list[Pat
     return made + ([write(bench / f"{b}.tsv") for b in batches] if bench else [])
 
 
-def finish_per_shard_steps(root: Path) -> None:
-    """Write what dedup and tokenize would, shard by shard, with increasing modification times."""
+def finish_per_shard_steps(root: Path, lengths: np.ndarray | None = None) -> None:
+    """Write what dedup and tokenize would, shard by shard, with increasing modification times: the
+    tokenized source of the k-th shard (in name order) holds documents of ``lengths[k]`` tokens (one of
+    ``TOKENS_PER_DOC`` without ``lengths``)."""
     res = root / "results"
     shards = sorted(res.glob("shards/*/*_split_*.jsonl"))
+    if lengths is None:
+        lengths = np.full((len(shards), 1), TOKENS_PER_DOC)
     stems = [p.name.removesuffix(".jsonl") for p in shards]
     groups = sorted({p.parent.name for p in shards})
     now = time.time() - 600  # in the past: the real jobs after these must be newer
@@ -134,7 +154,8 @@ def finish_per_shard_steps(root: Path) -> None:
     for g in range(4):
         stage += [write(work / "pairs" / f"bands_{g}_0.pairs"), write(bench / "dedup" / f"bands_{g}_0.tsv")]
     touch_all(stage, now + 10)
-    summary = {"shards": len(stems), "docs": len(stems), "removed": {"exact": 0, "near": 0}}
+    docs = int(lengths.size)
+    summary = {"shards": len(stems), "docs": docs, "removed": {"exact": 0, "near": 0}}
     stage = [
         write(res / "dedup" / "clusters.tsv"),
         write(work / "cluster_summary.json", orjson.dumps(summary)),
@@ -142,18 +163,19 @@ def finish_per_shard_steps(root: Path) -> None:
     stage += [write(bench / "dedup" / "cluster.tsv")]
     stage += [write(work / "assign" / f"{s}.assign.json", b'{"rows":[]}') for s in stems]
     touch_all(stage, now + 20)
-    stage = []
-    for shard, s in zip(shards, stems, strict=True):
+    stage, per_group = [], Counter[str]()
+    for shard, s, lens in zip(shards, stems, lengths, strict=True):
         group = shard.parent.name
+        per_group[group] += len(lens)
         kept = res / "dedup" / group / shard.name
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shard, kept)
-        stats = {"docs_in": 1, "docs_out": 1, "removed": {"exact": 0, "near": 0}}
+        stats = {"docs_in": len(lens), "docs_out": len(lens), "removed": {"exact": 0, "near": 0}}
         stage += [kept, write(res / "dedup" / group / "removed" / shard.name)]
         stage += [write(work / "stats" / f"{s}.stats.json", orjson.dumps(stats))]
     stage += batch_records(res / "dedup", None, stems)
-    counts = {g: {"in": sum(s.startswith(g) for s in stems), "exact": 0, "near": 0} for g in groups}
-    report = {"docs_in": len(stems), "removed": {"total": 0}, "cluster_size_histogram": {}}
+    counts = {g: {"in": k, "exact": 0, "near": 0} for g, k in per_group.items()}
+    report = {"docs_in": docs, "removed": {"total": 0}, "cluster_size_histogram": {}}
     stage += [write(res / "dedup" / "stats.json", b"{}")]
     stage += [write(res / "dedup" / "report.json", orjson.dumps(report | {"by_group": counts}))]
     touch_all(stage, now + 30)
@@ -162,11 +184,13 @@ def finish_per_shard_steps(root: Path) -> None:
     tok = res / "tokenized"
     tok.mkdir(parents=True, exist_ok=True)
     stage = []
-    stats = {"docs_in": 1, "docs_out": 1, "rejected": {}, "tokenizer_sha256": "x", "vocab_size": 8000}
-    for s in stems:
+    identity = {"rejected": {}, "tokenizer_sha256": "x", "vocab_size": VOCAB}
+    tokens = np.random.default_rng(0).integers(1, VOCAB, int(lengths.sum(axis=1).max()), dtype=np.uint16)
+    for s, lens in zip(stems, lengths, strict=True):
         prefix = tok / f"{s}_text_document"
-        with IndexedDatasetBuilder(prefix, "uint16") as b:
-            b.add_document(list(range(1, TOKENS_PER_DOC + 1)))
+        with IndexedDatasetBuilder(prefix, "uint16", durable=False) as b:
+            b.add_documents(tokens[: int(lens.sum())], lens)
+        stats = {"docs_in": len(lens), "docs_out": len(lens), **identity}
         stage += [Path(f"{prefix}.bin"), Path(f"{prefix}.idx")]
         stage += [write(Path(f"{prefix}.stats.json"), orjson.dumps(stats))]
         stage += [write(Path(f"{prefix}.quarantine.jsonl"))]
@@ -344,6 +368,177 @@ def through_slurm(n: int) -> dict[str, object]:
     }
 
 
+# ---------------------------------------------------------------- the chain after tokenize
+
+AFTER_TODAY_S = {10000: 100.0, 100000: 1116.0}  # issue 56, from docs/scale.md (2 cores)
+AFTER_GOAL_S = {10000: 30.0, 100000: 120.0}
+PEAK_GOAL_MIB = 2048.0
+# What a tree finished up to tokenize holds: results/ (its benchmarks/) entries and tokenized files.
+UP_TO_TOKENIZE = {"shards", "dedup", "tokenizer", "tokenized", "benchmarks"}
+UP_TO_TOKENIZE_BENCH = {"ingest", "dedup", "tokenizer", "tokenize"}
+TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
+# The rules up to tokenize: none of them may run in the timed chain.
+BEFORE = re.compile(
+    r"ingest|ingest_stats|dedup_\w+|corpus_list|train_(hf_)?tokenizer|tokenize|import_tokenized"
+)
+WORDS_PER_DOC = 30  # about 100 tokens
+
+
+def ingest_directly(root: Path, n: int, docs: int) -> None:
+    """N raw files of ``docs`` documents each, in 12 groups, and what ingest makes of them, written
+    directly: one shard a raw file, each group's stats, quarantine and timestamp, and ``shards/stats.json``
+    (by the workflow's own ``snakepack stats``)."""
+    then = time.time() - 900
+    letters = np.random.default_rng(n).integers(97, 123, (n * docs, WORDS_PER_DOC * 7), dtype=np.uint8)
+    letters[:, 6::7] = 32  # distinct words of six letters (dedup would keep every document)
+    texts = [row.tobytes()[:-1].decode() for row in letters]
+    stats: dict[str, dict] = {}
+    for i in range(n):
+        lang, domain = GROUPS[i % len(GROUPS)]
+        group, raw_name = f"{lang}_{domain}_s", f"{lang}_{domain}_s_part-{i:06d}.jsonl"
+        own = texts[i * docs : (i + 1) * docs]
+        raw = [orjson.dumps({"id": f"d{i}.{d}", "text": t}) + b"\n" for d, t in enumerate(own)]
+        fields = {"lang": lang, "domain": domain, "subdomain": "s", "source": raw_name, "meta": {}}
+        lines = [
+            orjson.dumps({"id": f"d{i}.{d}", "text": t, **fields, "line": d + 1}) + b"\n"
+            for d, t in enumerate(own)
+        ]
+        shard = f"{group}_split_{i // len(GROUPS):04d}.jsonl"
+        touch_all([write(root / "raw" / raw_name, b"".join(raw))], then)
+        write(root / "results" / "shards" / group / shard, b"".join(lines))
+        g = stats.setdefault(group, {"group": group, "lang": lang, "domain": domain, "subdomain": "s"})
+        g.setdefault("inputs", []).append(
+            {"path": f"raw/{raw_name}", "bytes": sum(map(len, raw)), "docs_in": docs, "docs_out": docs}
+        )
+        g.setdefault("shards", []).append({"name": shard, "bytes": sum(map(len, lines)), "docs": docs})
+    for group, g in stats.items():
+        folder = root / "results" / "shards" / group
+        g |= {
+            "files": len(g["inputs"]),
+            "docs_in": docs * len(g["inputs"]),
+            "docs_out": docs * len(g["inputs"]),
+        }
+        g |= {"bytes_in": sum(f["bytes"] for f in g["inputs"]), "rejected": {}}
+        made = [write(folder / "stats.json", orjson.dumps(g)), write(folder / "quarantine.jsonl")]
+        touch_all([*made, write(folder / ".snakemake_timestamp")], then + 100)
+    folders = sorted(str(p) for p in (root / "results" / "shards").iterdir())
+    cmd = harness.cli("stats", "--stage", "ingest", "--output", "results/shards/stats.json", *folders)
+    harness.run_child(cmd, cwd=root)
+    print(f"  wrote {n} raw files of {docs} documents and their shards in {len(stats)} groups", flush=True)
+
+
+def build_up_to_tokenize(root: Path, n: int, docs: int) -> None:
+    """A workflow copy with the outputs of every stage up to tokenize written directly: N shards of
+    ``docs`` documents of about 100 tokens each (uniform from 50 to 150) in 12 groups."""
+    make_workflow(root, 0)
+    config = yaml.safe_load((root / "scale.yaml").read_text())
+    config["ingest"]["shard_size"] = 1000 * docs
+    (root / "scale.yaml").write_text(yaml.safe_dump(config))
+    ingest_directly(root, n, docs)
+    finish_per_shard_steps(root, np.random.default_rng(0).integers(50, 151, (n, docs)))
+
+
+def clear_after_tokenize(root: Path) -> None:
+    """Remove what came after tokenize in a kept tree (whatever made it) and refresh its workflow files."""
+    harness.refresh_workflow(root)
+    res = root / "results"
+    gone = [p for p in res.iterdir() if p.name not in UP_TO_TOKENIZE]
+    gone += [p for p in (res / "benchmarks").iterdir() if p.name not in UP_TO_TOKENIZE_BENCH]
+    tokenized = (res / "tokenized").iterdir()
+    gone += [p for p in tokenized if p.name != "_batches" and not p.name.endswith(TOKENIZED_EXTS)]
+    for p in gone:
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def files_under(folder: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def measure_after_tokenize(n: int, docs: int, keep: bool, reuse: bool) -> dict[str, object]:
+    """Time `snakemake --cores 2` on a tree finished up to tokenize: the whole chain after the tokenize batch
+    jobs, per rule (from Snakemake's log) and per command, with the peak memory of each."""
+    print(f"== {n} shards, the chain after tokenize", flush=True)
+    root = harness.WORK / "scale" / f"after_{n}"
+    built = root / "built.json"
+    if reuse and built.is_file() and orjson.loads(built.read_bytes()) == {"shards": n, "docs": docs}:
+        print("  a kept tree, with the workflow's current files", flush=True)
+        clear_after_tokenize(root)
+        build_s = None
+    else:
+        start = time.perf_counter()
+        build_up_to_tokenize(root, n, docs)
+        built.write_bytes(orjson.dumps({"shards": n, "docs": docs}))
+        build_s = round(time.perf_counter() - start, 1)
+        print(f"  built up to tokenize in {build_s:.0f} s", flush=True)
+    logs = set((root / ".snakemake" / "log").glob("*.snakemake.log"))
+    load, started = os.getloadavg()[0], time.time()
+    cmd = [
+        *SNAKEMAKE,
+        "--configfile",
+        "config/sample.yaml",
+        "scale.yaml",
+        "--cores",
+        "2",
+        "--rerun-incomplete",
+    ]
+    run = snakemake_jobs.sampled_run(cmd, root)
+    (log,) = set((root / ".snakemake" / "log").glob("*.snakemake.log")) - logs
+    rules, idle, first_job = snakemake_jobs.rule_times(log)
+    early = sorted(r for r in rules if BEFORE.fullmatch(r))
+    assert not early, f"the tree was not finished up to tokenize: {early} ran"
+    commands = snakemake_jobs.by_label(run)
+    jobs = {k: v for k, v in commands.items() if k.startswith("snakepack")}
+    biggest = max(jobs, key=lambda k: jobs[k]["peak_mib"])
+    row: dict[str, object] = {
+        "shards": n,
+        "docs_per_shard": docs,
+        "build_s": build_s,
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "chain_s": round(run.wall, 1),
+        "today_s": AFTER_TODAY_S.get(n),
+        "goal_s": AFTER_GOAL_S.get(n),
+        "biggest_job": biggest,
+        "biggest_job_peak_mib": jobs[biggest]["peak_mib"],
+        "snakemake_peak_mib": commands["snakemake"]["peak_mib"],
+        "tree_peak_mib": round(run.tree_peak_kb / 1024),
+        "first_job_s": round(first_job - started),
+        "snakemake_idle_s": idle,
+        "rules": rules,
+        "commands": commands,
+        "plan_mb": round(sum(p.stat().st_size for p in (root / "results").glob("plan.*")) / 1e6, 1),
+        "pack_files": files_under(root / "results" / "datapacks") + files_under(root / "results" / "merged"),
+    }
+    print(f"  snakemake --cores 2: {run.wall:.1f} s (load {load:.2f} before, {row['load_after']} after)")
+    print(f"  the first job started after {row['first_job_s']} s (Snakemake's start: workflow, DAG)")
+    print(f"  {'rule':<18} {'jobs':>5} {'job s':>7} {'from s':>7} {'to s':>7}")
+    for r, v in rules.items():
+        print(f"  {r:<18} {v['jobs']:>5} {v['job_s']:>7.0f} {v['from_s']:>7.0f} {v['to_s']:>7.0f}")
+    print(f"  no job running (Snakemake's own work): {idle:.0f} s (the log's times: one second's resolution)")
+    print(f"  {'command':<24} {'procs':>5} {'seconds':>8} {'CPU s':>7} {'peak MiB':>9}")
+    for c, v in commands.items():
+        print(f"  {c:<24} {v['processes']:>5} {v['seconds']:>8.1f} {v['cpu_s']:>7.1f} {v['peak_mib']:>9.0f}")
+    print(f"  plan files {row['plan_mb']} MB; {row['pack_files']} files under datapacks/ and merged/")
+    if not keep:
+        shutil.rmtree(root)
+    return row
+
+
+def verdicts_after_tokenize(rows: list[dict]) -> None:
+    """Each size's chain and peak beside today's figures and the goals."""
+    for r in rows:
+        goal, today = r["goal_s"], r["today_s"]
+        met = "-" if goal is None else ("met" if r["chain_s"] <= goal else "NOT met")
+        peak = max(r["biggest_job_peak_mib"], r["snakemake_peak_mib"])
+        print(
+            f"{r['shards']:>7} shards: chain after tokenize {r['chain_s']:.1f} s"
+            f" (today {today or '-'} s; goal <= {goal or '-'} s: {met});"
+            f" biggest job {r['biggest_job']} {r['biggest_job_peak_mib']:.0f} MiB, Snakemake"
+            f" {r['snakemake_peak_mib']:.0f} MiB (goal <= {PEAK_GOAL_MIB:.0f} MiB:"
+            f" {'met' if peak <= PEAK_GOAL_MIB else 'NOT met'})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[1000, 10000])
@@ -354,8 +549,20 @@ def main() -> None:
     parser.add_argument(
         "--slurm", type=int, metavar="N", help="also run N shards through the local Slurm and locally"
     )
+    parser.add_argument(
+        "--after-tokenize",
+        action="store_true",
+        help="time the chain after tokenize (count to report) on trees finished up to tokenize instead",
+    )
+    parser.add_argument("--docs-per-shard", type=int, default=4, help="with --after-tokenize (default 4)")
     args = parser.parse_args()
     rows: list[dict] = []
+    if args.after_tokenize:
+        for n in args.shards:
+            rows.append(measure_after_tokenize(n, args.docs_per_shard, args.keep, args.reuse))
+            harness.write_results("scale_after_tokenize", {"args": vars(args), "rows": rows})
+        verdicts_after_tokenize(rows)
+        return
     slurm = None
     for n in args.shards:  # written after each size: a long run's finished sizes are kept
         rows.append(measure(n, args.keep, args.reuse))
