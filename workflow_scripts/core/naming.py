@@ -144,14 +144,6 @@ def counted_name(prefix: str, documents: int, sequences: int, tokens: int) -> st
     return f"{prefix}_dc={documents}_sc={sequences}_tc={tokens}"
 
 
-def counts(counted: str) -> dict[str, int] | None:
-    """The documents, sequences and tokens a counted name carries (None: not a counted name)."""
-    match = _COUNTED.fullmatch(counted)
-    if match is None:
-        return None
-    return {"documents": int(match["dc"]), "sequences": int(match["sc"]), "tokens": int(match["tc"])}
-
-
 def source_name(counted: str) -> str:
     """The shard a counted (or plain) prefix name comes from: its name without counts and key."""
     match = _COUNTED.fullmatch(counted)

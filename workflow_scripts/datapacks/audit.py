@@ -16,16 +16,15 @@ source's reading order), per source, in pack order:
   ``E + 1`` times and the others ``E`` times (0: not reached yet); the tokens the slices took add up to the
   source's ``taken``, the held-out ones to its ``held_out``, and its ``epochs`` is ``E + D / documents``.
 
-A source's documents are its counted link's ``_dc=`` (the index's count where the name has none). The
-answer (JSON on standard output) sums the documents by how often they are read, lists every problem, and
-exits 2 when there is one; ``--csv`` writes a row per source. The plan runs it on every plan it writes.
+A source's documents are the sources' table's (the signature's count). The answer (JSON on standard
+output) sums the documents by how often they are read, lists every problem, and exits 2 when there is
+one; ``--csv`` writes a row per source. The plan runs it on every plan it writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -35,10 +34,8 @@ from typing import Any
 import orjson
 import pandas as pd
 
-from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_path
-from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.plan import Plan
 
@@ -62,18 +59,12 @@ class SourceAudit:
         return self.reads.get(0, 0)
 
 
-def documents_of(prefix: str) -> int:
-    """A source's documents, from its counted name (``_dc=``) or its index."""
-    counts = naming.counts(os.path.basename(prefix))
-    return counts["documents"] if counts else IndexedDataset(prefix).num_documents
-
-
 def audit_source(
     source: dict[str, Any], training: list[dict[str, Any]], held: list[dict[str, Any]]
 ) -> SourceAudit:
     """Check one source's rows (``training`` in pack order) against its row of the sources' table."""
     name = source["source"]
-    result = SourceAudit(name, documents_of(source["prefix"]))
+    result = SourceAudit(name, source["documents"])
     problems = result.problems
     readable = result.documents  # the documents training may read: all but the held-out tail
     held_tokens = 0

@@ -6,8 +6,9 @@ packs, in the plan's order: ``pack``, ``source``, ``prefix``, ``lang``, ``domain
 after it (``start_epoch``, ``start_doc``, ``end_epoch``, ``end_doc``), ``epochs_before``, ``epochs_after``,
 ``upsampled`` and ``name`` (a held-out slice has no domain, target, cursors or ``epochs_before``: null).
 ``plan.sources.parquet`` holds every source, in the signature's order: ``source``, ``prefix``, ``lang``,
-``domain``, the tokens ``available`` to the packs, ``taken`` by them, the ``epochs`` read after the last pack
-and the tokens ``held_out`` for validation (null: none). No pack stores every source's cursor: a pack moves
+``domain``, its ``documents`` (the held-out ones included), the tokens ``available`` to the packs,
+``taken`` by them, the ``epochs`` read after the last pack and the tokens ``held_out`` for validation
+(null: none). No pack stores every source's cursor: a pack moves
 only the cursors of the sources it reads, so each cursor before and after every pack follows from the rows
 (``states``), as each pack's spec writes it.
 
@@ -62,6 +63,7 @@ SOURCES = pa.schema(
         ("prefix", pa.string()),
         ("lang", pa.string()),
         ("domain", pa.string()),
+        ("documents", INT),
         ("available", INT),
         ("taken", INT),
         ("epochs", FLOAT),

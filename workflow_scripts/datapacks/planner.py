@@ -76,6 +76,7 @@ class Source:
     cursor: Cursor = field(default_factory=Cursor)
     path: str = ""  # the tokenized source, as errors name it
     order: np.ndarray | None = None  # the reading order (shuffled): the source's document of each place
+    count: int | None = None  # its documents, as the signature counts them (None: from its index)
     _cumsum: np.ndarray | None = None
 
     @property
@@ -271,6 +272,7 @@ def _plan(
             e["lang"],
             e["domain"],
             path=e.get("source", ""),
+            count=e.get("documents"),
         )
         for e in signature
     }
@@ -422,8 +424,9 @@ def _hold_out_starts(ordered: list[Source], tokens: int) -> list[tuple[Source, i
 def conservation(
     sources: dict[str, Source], packs: list[dict[str, Any]], validation: Sequence[dict[str, Any]] = ()
 ) -> dict[str, list[Any]]:
-    """The sources' table, as columns: per source its name, link prefix, language and domain, tokens
-    available, taken by all packs, epochs read and held out for validation (None: nothing); checked to add up.
+    """The sources' table, as columns: per source its name, link prefix, language and domain, documents (the
+    held-out ones included), tokens available, taken by all packs, epochs read and held out for validation
+    (None: nothing); checked to add up.
 
     The tokens taken from a source equal its cursor position (epochs x available + the tokens before the
     cursor), and all sources together give exactly the packs' tokens.
@@ -448,6 +451,7 @@ def conservation(
         "prefix": [src.prefix for src in sources.values()],
         "lang": [src.lang for src in sources.values()],
         "domain": [src.domain for src in sources.values()],
+        "documents": [src.count if src.count is not None else len(src.load()) for src in sources.values()],
         "available": [src.total for src in sources.values()],
         "taken": list(taken.values()),
         "epochs": [round(src.epochs(), 6) for src in sources.values()],
