@@ -53,10 +53,3 @@ def test_written_only_when_changed(tmp_path: Path) -> None:
 def test_a_plan_made_before_the_index_is_read_from_the_plan(tmp_path: Path) -> None:
     write_json(tmp_path / "plan.json", plan(True).to_dict())
     assert pack_index.read(tmp_path / "specs", tmp_path / "plan.json") == pack_index.of_plan(plan(True))
-
-
-def test_a_pack_starts_from_the_state_of_the_pack_before_it() -> None:
-    packs = ["warmup_0", "main_1", "main_2"]
-    assert pack_index.previous(packs, "main_2") == ["main_1"]
-    assert pack_index.previous(packs, "warmup_0") == []
-    assert pack_index.previous(packs, "valid_en") == []  # a validation pack starts from nothing

@@ -6,7 +6,6 @@ Snakefile imports it.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,3 @@ def read(specs_dir: str | os.PathLike[str], plan_json: str | os.PathLike[str]) -
     """The index; from the plan itself for a plan made before the index existed."""
     path = Path(specs_dir, NAME)
     return read_json(path) if path.exists() else of_plan(Plan.read(plan_json))
-
-
-def previous(packs: Sequence[str], pack: str) -> list[str]:
-    """The pack before ``pack`` in ``packs`` (whose state it starts from), as a list: empty for the first pack
-    and for a pack not in ``packs`` (a validation pack)."""
-    index = packs.index(pack) if pack in packs else 0
-    return [packs[index - 1]] if index else []

@@ -1,7 +1,7 @@
 """Phases to datapacks: token budgets, per-source document ranges from a persistent cursor, iteration math.
 
 The plan is computed from the index lengths alone (no ``.bin`` is read), so a 300B-token run plans in
-seconds, and it is exact: the slicer later copies precisely the document ranges written here.
+seconds, and it is exact: the pack writer (``packer``) later copies exactly the document ranges written here.
 
 * Phases are given by ``iters`` (the pack is sized so exactly that many iterations read it once),
   ``tokens``, or ``fraction`` of all training tokens up to the end of that phase (a cooldown, seed 000's

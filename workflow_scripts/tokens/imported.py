@@ -17,7 +17,7 @@ this workflow or by any tool with the same layout. It is checked, not trusted:
 
 ``OUT.bin`` and ``OUT.idx`` become relative symbolic links to the source (no copy) and ``OUT.stats.json``
 records what the tokenize stage records (the tokenizer's identity, counts), so the count stage, the plan's
-one-tokenizer check and the slicer treat the prefix like one tokenized here.
+one-tokenizer check and the pack writer treat the prefix like one tokenized here.
 """
 
 from __future__ import annotations
