@@ -481,7 +481,13 @@ def measure_after_tokenize(n: int, docs: int, keep: bool, reuse: bool) -> dict[s
         "2",
         "--rerun-incomplete",
     ]
-    run = snakemake_jobs.sampled_run(cmd, root)
+    # The tree's package, also where Snakemake imports it before reading the Snakefile (the editable
+    # install's startup hook for --configfile would take the checkout's).
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    run = snakemake_jobs.sampled_run(cmd, root, env)
     (log,) = set((root / ".snakemake" / "log").glob("*.snakemake.log")) - logs
     rules, idle, first_job = snakemake_jobs.rule_times(log)
     early = sorted(r for r in rules if BEFORE.fullmatch(r))
