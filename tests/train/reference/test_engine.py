@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -37,3 +38,23 @@ def test_building_the_op_leaves_the_environment_to_later_processes(monkeypatch: 
     assert (Path(folder) / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists()
     assert "TORCH_EXTENSIONS_DIR" not in os.environ
     assert os.environ["PATH"] == "/usr/bin:/bin"
+
+
+def test_a_world_of_one_takes_no_port_chosen_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port found free and then handed to the store can be taken by another process in between (two
+    segments or tests starting at once: EADDRINUSE, the trainer exits 1). Here one is taken on purpose:
+    every port a port finder could name is busy, and the world of one still starts."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)  # restored to unset afterwards
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.setattr(engine, "_free_port", lambda: port, raising=False)  # the old way's pick
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        dist = engine.init_distributed("gloo")
+        import torch.distributed
+
+        assert (dist.rank, dist.world_size) == (0, 1)
+        torch.distributed.destroy_process_group()

@@ -1,6 +1,7 @@
 """DeepSpeed and torch.distributed: the import, the process group, the engine's config, the ops cache.
 
-One process runs as a world of one (``MASTER_PORT`` a free port); under ``torchrun`` or the ``deepspeed``
+One process runs as a world of one, its store on a port the system picks as it listens (a port picked
+before could be taken by another process in between: EADDRINUSE); under ``torchrun`` or the ``deepspeed``
 launcher the ranks come from the environment. The backend is NCCL on GPUs and gloo on CPUs (the config's
 ``distributed_backend`` where it can work). DeepSpeed JIT-builds a shared-memory communication op for CPU
 runs on first use (about a minute); it is built into ``TORCH_EXTENSIONS_DIR``, which defaults to
@@ -21,7 +22,6 @@ import contextlib
 import io
 import logging
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,22 +88,15 @@ def import_deepspeed() -> ModuleType:
     return deepspeed
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def world_size() -> int:
     """The number of processes of this launch (1 when started directly)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def single_process_env() -> None:
-    """A directly started process is rank 0 of a world of 1 on a free local port."""
+    """A directly started process is rank 0 of a world of 1."""
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ["MASTER_PORT"] = str(_free_port())
 
 
 @dataclass(frozen=True)
@@ -132,8 +125,10 @@ def init_distributed(backend: str | None) -> Dist:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
+    # a world of one: the store listens on a port the system picks (rank and size given, not from env://)
+    alone = {"init_method": "tcp://127.0.0.1:0", "rank": 0, "world_size": 1} if world_size() == 1 else {}
     with ops_environment(), contextlib.redirect_stdout(io.StringIO()):  # it says its CPU op was built
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False, **alone)
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     dist = torch.distributed
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, backend)
@@ -215,7 +210,6 @@ def peak_memory(device: Any) -> dict[str, int]:
 
 def build_ops() -> str:
     """Build DeepSpeed's CPU communication op into the extensions cache (a world of one); return the cache."""
-    single_process_env()
     init_distributed("gloo")
     import torch.distributed as dist
 
