@@ -10,54 +10,21 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.datapacks.test_packer import document_lengths, make_source
+from tests.datapacks.test_packer import plan_for
 from tests.datapacks.test_plan import write_plan
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import audit, plan_table
 from workflow_scripts.datapacks.plan import Plan
-from workflow_scripts.datapacks.planner import make_plan
-from workflow_scripts.datapacks.settings import PlanSettings
 
 pytestmark = pytest.mark.fast
-
-
-def plan_of(tmp: Path, shuffle: bool, sequences: int) -> Plan:
-    """Four packs over a large English and a small German source (read in several epochs), each document of
-    ``sequences`` sequences."""
-    sizes = {"en_web_a": 160, "de_web_a": 40}
-    for i, (name, docs) in enumerate(sizes.items()):
-        make_source(tmp / name, docs, i, sequences)
-    sig = [
-        {
-            "prefix": str(tmp / n),
-            "name": n,
-            "lang": n[:2],
-            "domain": "web",
-            "tokens": IndexedDataset(tmp / n).num_tokens,
-        }
-        for n in sizes
-    ]
-    cfg = {
-        "seed": 5,
-        "training": {"seq_length": 16, "global_batch_size": 2, "epoch_rule": "neox"},
-        "datapacks": {
-            "max_iters_per_pack": 80,
-            "shuffle": shuffle,
-            "validation_tokens": 400,
-            "phases": [{"name": "main", "tokens": 10000, "mixture": "m"}],
-        },
-        "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
-    }
-    return Plan.from_dict(make_plan(PlanSettings.from_config(cfg), sig, document_lengths))
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_every_document_is_read_as_the_epochs_say_held_out_or_not_reached(
     tmp_path: Path, shuffle: bool
 ) -> None:
-    plan = plan_of(tmp_path, shuffle, 1)
+    plan = plan_for(tmp_path, shuffle, 1)
     audits = audit.audit(plan)
     result = audit.summary(audits)
     assert result["ok"], result["problems"]
@@ -68,7 +35,7 @@ def test_every_document_is_read_as_the_epochs_say_held_out_or_not_reached(
 
 def tamper(tmp_path: Path, change) -> Path:
     """The plan of ``plan_of`` on disk, one slice row changed by ``change(rows)``."""
-    plan = plan_of(tmp_path, False, 1)
+    plan = plan_for(tmp_path, False, 1)
     plan_json = tmp_path / "plan.json"
     write_json(plan_json, plan.to_dict())
     tables = plan_table.tables(plan)

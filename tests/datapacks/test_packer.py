@@ -29,9 +29,9 @@ def make_source(path: Path, docs: int, seed: int, sequences: int = 1) -> None:
             builder.end_document()
 
 
-def specs_for(tmp: Path, shuffle: bool, sequences: int = 1) -> list[dict]:
-    """The specs of four packs over a large English and a small German source (read in several epochs), and
-    of a validation pack of each language."""
+def plan_for(tmp: Path, shuffle: bool, sequences: int = 1) -> Plan:
+    """Four packs over a large English and a small German source (read in several epochs), and a validation
+    pack of each language; each document of ``sequences`` sequences."""
     sizes = {"en_web_a": 160, "de_web_a": 40}
     for i, (name, docs) in enumerate(sizes.items()):
         make_source(tmp / name, docs, i, sequences)
@@ -56,7 +56,12 @@ def specs_for(tmp: Path, shuffle: bool, sequences: int = 1) -> list[dict]:
         },
         "mixtures": {"m": {"lang_prob": {"en": 0.6, "de": 0.4}}},
     }
-    plan = Plan.from_dict(make_plan(PlanSettings.from_config(cfg), sig, document_lengths))
+    return Plan.from_dict(make_plan(PlanSettings.from_config(cfg), sig, document_lengths))
+
+
+def specs_for(tmp: Path, shuffle: bool, sequences: int = 1) -> list[dict]:
+    """The specs of ``plan_for``'s packs and validation packs."""
+    plan = plan_for(tmp, shuffle, sequences)
     return [pack_spec(plan, i, {}) for i in range(len(plan.packs))] + [
         pack_spec(plan, None, {}, v.name) for v in plan.validation
     ]

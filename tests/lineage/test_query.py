@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lineage.test_sources import plan_of
+from tests.datapacks.test_packer import plan_for
 from tests.train.conftest import model  # noqa: F401 (a fixture)
 from tests.train.reference.conftest import BATCH, SEQ, write_config
 from workflow_scripts.cli import main as snakepack
@@ -34,7 +34,7 @@ def test_steps_and_source_documents_through_the_plan(
     model: Path,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    plan = plan_of(tmp_path, shuffle=True, sequences=1)
+    plan = plan_for(tmp_path, shuffle=True, sequences=1)
     plan_json = tmp_path / "plan.json"
     write_json(plan_json, plan.to_dict())
     plan_table.write(plan_table.tables(plan), plan_json)

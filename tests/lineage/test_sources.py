@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.datapacks.test_audit import plan_of
+from tests.datapacks.test_packer import plan_for
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import packer
@@ -29,7 +29,7 @@ def document(ds: IndexedDataset, doc: int) -> np.ndarray:
 def test_every_pack_document_is_the_source_document_the_plan_names(
     tmp_path: Path, shuffle: bool, sequences: int
 ) -> None:
-    plan = plan_of(tmp_path, shuffle, sequences)
+    plan = plan_for(tmp_path, shuffle, sequences)
     packs = [(i, p.name) for i, p in enumerate(plan.packs)] + [(None, v.name) for v in plan.validation]
     epochs = set()
     for index, name in packs:
