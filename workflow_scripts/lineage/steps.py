@@ -89,16 +89,7 @@ class StepMap:
                 f"{cfg.path}: lineage reads GPT-NeoX configs; Megatron-LM's sample order is not built"
             )
         self.cfg = cfg
-        specs = data.train_specs(
-            cfg.name,
-            cfg.train_paths,
-            cfg.train_weights,
-            cfg.train_iters,
-            cfg.batch,
-            cfg.seq_length,
-            cfg.seed,
-            cfg.pack_impl,
-        )
+        specs = data.run_train_specs(cfg)
         size = cfg.train_iters * cfg.batch
         self.which, self.within = data.blending_indices(cfg.train_weights, size)
         self.paths = [_PathIndex(spec, np.flatnonzero(self.which == k)) for k, spec in enumerate(specs)]

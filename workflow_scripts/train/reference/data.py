@@ -24,6 +24,7 @@ import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from workflow_scripts.core.fsio import atomic_path
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.iterations import NEOX_SURPLUS
 from workflow_scripts.datapacks.iterations import train_iters as single_epoch_iters
+
+if TYPE_CHECKING:
+    from workflow_scripts.train.reference.run_config import RunConfig
 
 K_BINS = 16
 INDEX_KINDS = ("doc", "sample", "shuffle")
@@ -346,6 +350,12 @@ def train_specs(
                 f"GPT-NeoX would read a second, shuffled epoch (some documents twice){most}"
             )
     return specs
+
+
+def run_train_specs(cfg: RunConfig) -> list[IndexSpec]:
+    """The training paths' specs of a run's config (``train_specs`` with its keys)."""
+    args = (cfg.train_iters, cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl)
+    return train_specs(cfg.name, cfg.train_paths, cfg.train_weights, *args)
 
 
 def valid_specs(

@@ -203,20 +203,7 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
     from workflow_scripts.train.reference.model import GPT
 
     switches = Switches.from_env()
-    train_specs = (
-        []
-        if args.eval_only
-        else data.train_specs(
-            cfg.name,
-            cfg.train_paths,
-            cfg.train_weights,
-            cfg.train_iters,
-            cfg.batch,
-            cfg.seq_length,
-            cfg.seed,
-            cfg.pack_impl,
-        )
-    )
+    train_specs = [] if args.eval_only else data.run_train_specs(cfg)
     valid_specs = data.valid_specs(
         cfg.valid_paths,
         cfg.valid_weights,
