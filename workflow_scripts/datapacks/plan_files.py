@@ -25,7 +25,7 @@ import pandas as pd
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import audit, plan_table
+from workflow_scripts.datapacks import audit, plan_table, started
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import PlanError, make_plan
@@ -263,6 +263,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--specs-dir", required=True, help="one spec file per pack, rewritten only if changed"
     )
+    parser.add_argument("--train-dir", help="the train folder: the packs up to the last started one are kept")
+    parser.add_argument(
+        "--checkpoints", help="the run's checkpoint folder (a checkpoint past a pack's start)"
+    )
     args = parser.parse_args(argv)
     with no_cycle_collection():
         write_plan(args)
@@ -287,12 +291,19 @@ def write_plan(args: argparse.Namespace) -> None:
     config = orjson.loads(args.config_json)
     signature = read_json(args.signature)["prefixes"]
     settings = PlanSettings.from_config(config)
-    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths)
+    train = config.get("train") or {}
+    trainer = train.get("trainer", "neox")
+    kept = []
+    if args.train_dir and not settings.datapacks.replan_started:
+        kept = started.kept_packs(args.specs_dir, args.train_dir, args.checkpoints or "", trainer)
+    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept)
     add_trainer_settings(raw, args.merged_dir)
     add_training(raw, config)
     plan = Plan.from_dict(raw)
+    first_step = schedule.start_offset(train.get("finetune_from"), trainer)
+    started.check(plan, kept, signature, args.specs_dir, args.train_dir or "", first_step)
     accounted = audit.check(plan)  # before anything is written: every document read as the epochs say
-    write_specs(plan, signature, args.specs_dir)
+    write_specs(plan, signature, args.specs_dir, keep={k.name for k in kept})
     stale = stale_packs(plan, args.merged_dir)
     plan_table.write(plan_table.tables(plan), args.out_json)
     write_json(args.out_json, plan.to_dict())
@@ -310,6 +321,11 @@ def write_plan(args: argparse.Namespace) -> None:
     read = ", ".join(
         f"{n} read {k}x" if k != "0" else f"{n} not reached" for k, n in accounted["read"].items()
     )
+    if kept:
+        names = ", ".join(k.name for k in kept)
+        text += (
+            f"\n**Started packs kept as they are** (planned after them): {names}; the last: {kept[-1].why}\n"
+        )
     text += (
         f"\n**Audit**: the {accounted['documents']} documents of {accounted['sources']} sources: {read}; "
         f"{accounted['held_out']} held out for validation (`snakepack audit-packs`).\n"

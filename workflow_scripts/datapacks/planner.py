@@ -22,6 +22,10 @@ seconds, and it is exact: the pack writer (``packer``) later copies exactly the 
   become one validation pack per language (``valid_{lang}``), the trainers' ``valid_data_paths``. The
   largest source gives them; one that cannot keep half of itself for training gives what it can, and the
   next largest the rest (a source whose last document alone is over half of it is skipped, with a note).
+* Packs kept (``Kept``: those up to the last one whose training started) are not planned again: their rows
+  are read again as they were, each source's cursor moving as they say, and the packs after them are
+  planned from there with the mixtures and phases as they are now (a re-mix). A change that would alter a
+  kept pack (its place, budget, a source it reads or what training may read of it) is refused, naming it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,24 @@ FIT_FACTORS = (2, 4, 8, 16, 32, 64)  # the multiples of the pack size tried for 
 
 class PlanError(UserError, ValueError):
     """A datapack configuration that cannot be planned."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A pack kept as it was planned (its spec's ``name``, ``budget`` and rows) and ``why`` (what shows
+    that its training started)."""
+
+    name: str
+    budget: int
+    slices: list[dict[str, Any]]
+    why: str
+
+    def refusal(self, reason: str) -> PlanError:
+        return PlanError(
+            f"pack {self.name} has started training ({self.why}) and the new configuration changes it: "
+            f"{reason}. Keep what changes it, or set datapacks.replan_started: true to plan it again anyway "
+            "(its checkpoints were then trained on other data)"
+        )
 
 
 @dataclass
@@ -214,23 +236,28 @@ def make_plan(
     settings: PlanSettings,
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
+    kept: Sequence[Kept] = (),
 ) -> dict[str, Any]:
     """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates;
-    refused (``limits``) where a pack or phase passes its budget by too much.
+    refused (``limits``) where a pack or phase passes its budget by too much. The first packs are
+    ``kept``'s rows, refused (``Kept.refusal``) where they no longer fit.
 
     Its form is ``plan.json``'s (``plan.Plan``) with each pack's rows under ``slices`` and the sources' table,
     as columns, under ``sources`` (``conservation``): ``plan_table`` writes them as the plan's table."""
     check_one_tokenizer(signature)
     # a refused plan is made again with larger packs; copies: an index's own array would keep it open
     lengths = functools.cache(lambda prefix, read=lengths: np.array(read(prefix), dtype=np.int64))
-    plan, problems = _plan(settings, signature, lengths)
+    plan, problems = _plan(settings, signature, lengths, kept)
     if problems:
-        raise PlanError(limits.refusal(problems, _fitting_pack_size(settings, signature, lengths)))
+        raise PlanError(limits.refusal(problems, _fitting_pack_size(settings, signature, lengths, kept)))
     return plan
 
 
 def _fitting_pack_size(
-    settings: PlanSettings, signature: list[dict[str, Any]], lengths: Callable[[str], np.ndarray]
+    settings: PlanSettings,
+    signature: list[dict[str, Any]],
+    lengths: Callable[[str], np.ndarray],
+    kept: Sequence[Kept],
 ) -> str:
     """The fix to name: the smallest multiple of the pack size in ``FIT_FACTORS`` whose plan keeps its
     limits, or removing the long documents."""
@@ -241,7 +268,7 @@ def _fitting_pack_size(
         value = int(given * factor)
         larger = dataclasses.replace(settings, datapacks=dataclasses.replace(packs, **{key: value}))
         try:
-            if not _plan(larger, signature, lengths)[1]:
+            if not _plan(larger, signature, lengths, kept)[1]:
                 return f"datapacks.{key}: {value} holds every document within these limits"
         except PlanError:
             continue
@@ -252,7 +279,10 @@ def _fitting_pack_size(
 
 
 def _plan(
-    settings: PlanSettings, signature: list[dict[str, Any]], lengths: Callable[[str], np.ndarray]
+    settings: PlanSettings,
+    signature: list[dict[str, Any]],
+    lengths: Callable[[str], np.ndarray],
+    kept: Sequence[Kept] = (),
 ) -> tuple[dict[str, Any], list[str]]:
     """The plan and the limits it breaks (one line each)."""
     training, datapacks, mixtures = settings.training, settings.datapacks, settings.mixtures
@@ -292,7 +322,10 @@ def _plan(
         names = [names_of[s.prefix] for s in shares]
         first = len(packs)
         for pack_tokens, cap in pack_sizes(training, phase, budget, pack_max):
-            pack = _slice_pack(len(packs), phase, pack_tokens, names, shares, sources)
+            if len(packs) < len(kept):
+                pack = _keep(kept[len(packs)], len(packs), phase, pack_tokens, sources)
+            else:
+                pack = _slice_pack(len(packs), phase, pack_tokens, names, shares, sources)
             iters = train_iters(pack["tokens"], seq, batch, rule)
             # an iters phase's pack is sized for exactly its iterations, any pack for at most
             # max_iters_per_pack; it may hold a little more (less than the allowance of ``limits``), not read
@@ -303,6 +336,8 @@ def _plan(
             packs.append(pack)
             problems += filter(None, [limits.pack_problem(pack, bounds, lambda p=pack: _longest(p, sources))])
         problems += filter(None, [limits.phase_problem(phase.name, budget, packs[first:], bounds)])
+    if len(kept) > len(packs):
+        raise kept[len(packs)].refusal(f"the phases now end with {len(packs)} packs: it is no longer planned")
     plan = {
         "tokens_per_iter": tpi,
         "seq_length": seq,
@@ -513,6 +548,53 @@ def _slice_pack(
                 "name": naming.slice_name(source_name, index, ranges[0][1], taken),
             }
         )
+    return {
+        "name": name,
+        "phase": phase.name,
+        "mixture": phase.mixture,
+        "budget": tokens,
+        "tokens": sum(s["tokens"] for s in slices),
+        "documents": sum(s["documents"] for s in slices),
+        "sources": len(slices),
+        "upsampled_sources": sum(s["upsampled"] for s in slices),
+        "slices": slices,
+    }
+
+
+def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, Source]) -> dict[str, Any]:
+    """Pack ``index`` as ``kept`` planned it, each source's cursor moved as its rows say; refused where the
+    phases now plan another pack there or a row no longer reads the same documents, tokens and epochs."""
+    name = naming.pack_name(phase.name, index)
+    if (name, tokens) != (kept.name, kept.budget):
+        raise kept.refusal(
+            f"the phases now plan pack {index} as {name} of {tokens} tokens (budget {kept.budget})"
+        )
+    changed = "what training may read of it changed (the hold-out, or its content)"
+    for row in kept.slices:
+        src = sources.get(row["source"])
+        if src is None or src.prefix != row["prefix"]:
+            raise kept.refusal(f"its source {row['source']} ({row['prefix']}) is no longer in the data")
+        if src.cursor.as_dict() != row["start"]:
+            raise kept.refusal(f"source {src.name} is read from {src.cursor.as_dict()}, not {row['start']}")
+        epochs_before, taken = round(src.epochs(), 6), 0
+        for epoch, start, stop in row["ranges"]:
+            if (epoch, start) != (src.cursor.epoch, src.cursor.doc) or stop > src.documents:
+                raise kept.refusal(
+                    f"source {src.name}: its documents {start}:{stop} (epoch {epoch}): {changed}"
+                )
+            taken += int(src.cumsum[stop] - src.cumsum[start])
+            src.cursor = Cursor(epoch + 1, 0) if stop == src.documents else Cursor(epoch, stop)
+        if taken != row["tokens"]:
+            raise kept.refusal(
+                f"source {src.name}: its documents {row['ranges']} hold {taken} tokens, not {row['tokens']}"
+            )
+        if (src.cursor.as_dict(), epochs_before, round(src.epochs(), 6)) != (
+            row["end"],
+            row["epochs_before"],
+            row["epochs_after"],
+        ):
+            raise kept.refusal(f"source {src.name}: {changed}")
+    slices = [dict(row) for row in kept.slices]
     return {
         "name": name,
         "phase": phase.name,

@@ -44,6 +44,7 @@ class DatapacksSettings:
     max_iters_per_pack: int | None = setting("datapacks", "max_iters_per_pack")
     shuffle: bool = setting("datapacks", "shuffle")
     validation_tokens: int = setting("datapacks", "validation_tokens")
+    replan_started: bool = setting("datapacks", "replan_started")
     phases: tuple[Phase, ...] = ()
 
 

@@ -11,6 +11,7 @@ spec alone (``fsio.read_json``), not the plan.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -75,16 +76,20 @@ def reading_order(spec: dict[str, Any], prefix: str, name: str) -> np.ndarray | 
     return shuffle_permutation(IndexedDataset(prefix).num_documents, spec["seed"], name)
 
 
-def write_specs(plan: Plan, signature: list[dict[str, Any]], specs_dir: str) -> None:
-    """``{specs_dir}/{pack}.json`` for every pack, and the pack index, each written only when it changed;
-    specs of packs that are no longer planned are removed. The cursors are walked once over all packs."""
+def write_specs(
+    plan: Plan, signature: list[dict[str, Any]], specs_dir: str, keep: Collection[str] = ()
+) -> None:
+    """``{specs_dir}/{pack}.json`` for every pack, and the pack index, each written only when it changed
+    (the packs ``keep`` names, started ones, are left as they are); specs of packs that are no longer
+    planned are removed. The cursors are walked once over all packs."""
     pack_index.write(plan, specs_dir)
     identities = {e["prefix"]: e.get("identity") for e in signature}
     states = plan_table.states(plan)
     before = next(states)
     for index, (pack, after) in enumerate(zip(plan.packs, states, strict=True)):
-        spec = pack_spec(plan, index, identities, cursors=(before, after))
-        write_if_changed(Path(specs_dir) / f"{pack.name}.json", dumps_json(spec))
+        if pack.name not in keep:
+            spec = pack_spec(plan, index, identities, cursors=(before, after))
+            write_if_changed(Path(specs_dir) / f"{pack.name}.json", dumps_json(spec))
         before = after
     for valid in plan.validation:
         spec = pack_spec(plan, None, identities, valid.name)
