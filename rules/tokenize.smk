@@ -1,12 +1,12 @@
 """Stages 3-4, tokenize and count. Reads the deduplicated (or ingested) shards; writes the tokenizer (when
-none is given), ``tokenized/{shard}_text_document.bin/.idx`` (+ stats, quarantine), ``tokenized/stats.json``,
+none is given), ``tokenized/{shard}_text_document.bin/.idx`` (+ stats, quarantine, lineage ledger), ``tokenized/stats.json``,
 the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/signature.json``. The user's
 ``tokenized_sources`` enter here, verified and linked as ``tokenized/{group}_split_{source}-{NNNN}_text_document``.
 """
 
 # A batch member's files, as templates (``{group}`` and ``{shard}``: see batch_args in common.smk).
 CORPUS_FILE = f"{CORPUS}/{{group}}/{SHARD_T}{SHARD_EXT}"
-TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
+TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl", ".ledger.npz")  # ledger: lineage's
 
 
 # A barrier: the one job that lists every shard the tokenizer reads (see signatures_list).
@@ -103,7 +103,7 @@ rule import_tokenized:
         model=lambda wildcards: IMPORTS[wildcards.imported].tokenizer_model,
         merges=lambda wildcards: TOKENIZER_MERGES if IMPORTS[wildcards.imported].tokenizer_model == TOKENIZER else [],
     output:
-        multiext(f"{TOK}/{naming.tokenized_prefix('{imported}')}", ".bin", ".idx", ".stats.json"),
+        multiext(f"{TOK}/{naming.tokenized_prefix('{imported}')}", ".bin", ".idx", ".stats.json", ".ledger.npz"),
     log:
         f"{LOGS}/tokenize/{{imported}}.log",
     params:

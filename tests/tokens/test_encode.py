@@ -279,7 +279,7 @@ def test_cli_megatron_names_and_zst_input(
     names = sorted(p.name for p in out.parent.iterdir())
     assert names == [
         f"en_web_cc_split_0001_text_document.{ext}"
-        for ext in ("bin", "idx", "quarantine.jsonl", "stats.json")
+        for ext in ("bin", "idx", "ledger.npz", "quarantine.jsonl", "stats.json")
     ]
     assert IndexedDataset(f"{out}_text_document").document(0).tolist()[-1] == tokenizer.token_id(
         "<|endoftext|>"

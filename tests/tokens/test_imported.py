@@ -15,6 +15,7 @@ from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.tokens import count, imported, sources
 from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
+from workflow_scripts.tokens.ledger import Ledger, Position
 
 
 def hand_built(prefix: Path, documents: list[list[list[int]]], code: int = 8) -> Path:
@@ -63,6 +64,8 @@ def test_prefix_from_the_tokenize_cli_imports_and_counts(model: Path, tmp_path: 
         f"{made}_text_document", str(out), SentencePieceTokenizer(model), "auto", None
     )
     assert os.path.islink(f"{out}.bin") and not os.path.isabs(os.readlink(f"{out}.bin"))
+    theirs, linked = Ledger.read(f"{made}_text_document"), Ledger.read(str(out))  # tokenized here: its own
+    assert linked.path == f"{out}.ledger.npz" and list(linked.hashes) == list(theirs.hashes)
     assert (
         IndexedDataset(out).document(4).tolist()
         == IndexedDataset(f"{made}_text_document").document(4).tolist()
@@ -91,6 +94,8 @@ def test_hand_built_index_with_sequences_and_checks(model: Path, tmp_path: Path)
     assert (stats["docs_out"], stats["tokens"], stats["bos_id"]) == (3, 13, bos)
     summary = count.count_prefix(out)
     assert (summary["documents"], summary["sequences"]) == (3, 4)
+    ledger = Ledger.read(out)  # made elsewhere: no raw position, no hash
+    assert ledger.documents == 3 and ledger.position(2) == Position(None, None, None)
 
     no_eod = hand_built(tmp_path / "noeod", [[[10, 11]], [[12, eod]]])
     with pytest.raises(

@@ -79,6 +79,19 @@ TRICKY = [
     b'{"text": "' + b"[" * 70 + b'"}',
     b'{"meta": ' + b"[" * 70 + b"]" * 70 + b', "text": "deep"}',
     b'{"text": "' + b"long " * 1000 + b'"}',
+    b'{"text": "at", "source": "a.jsonl", "line": 7}',
+    b'{"text": "next", "source": "a.jsonl", "line": 8, "meta": {}}',
+    b'{"line": 9, "text": "before", "source": "b\\u00e9.txt"}',
+    b'{"text": "neg", "source": "a.jsonl", "line": -1}',
+    b'{"text": "float", "source": "a.jsonl", "line": 2.0}',
+    b'{"text": "str line", "source": "a.jsonl", "line": "3"}',
+    b'{"text": "no line", "source": "a.jsonl"}',
+    b'{"text": "int source", "source": 4, "line": 3}',
+    b'{"text": "null source", "source": null, "line": 3}',
+    b'{"text": "dup", "source": "a", "source": "b", "line": 3}',
+    b'{"text": "dup line", "source": "a", "line": 3, "line": 4}',
+    b'{"text": "big", "source": "a", "line": 9223372036854775808}',
+    b'{"source": "the text", "line": 1}',
     b'{"text": "last line without a newline"}',
 ]
 
@@ -104,6 +117,9 @@ def corpus(seed: int) -> Iterator[bytes]:
         record: dict[str, object] = {}
         if rng.random() < 0.8:
             record["id"] = rng.choice([f"doc-{n}", n, -n, None, True, float(n) + 0.5, [n]])
+        if rng.random() < 0.7:
+            record["source"] = rng.choice(["f.jsonl", "f.jsonl", "g\u00e9.txt", None, 3])
+            record["line"] = rng.choice([n, n, n + 1, -n, None, "1", float(n)])
         if rng.random() < 0.3:
             record["meta"] = {"score": rng.random(), "tags": ["a", "\u00e9"], "n": rng.randrange(10**20)}
         if rng.random() < 0.05:
@@ -139,7 +155,7 @@ def test_the_scanner_reads_what_orjson_and_classify_read(
 
     def stops(block: object, pos: int, line: int, *rest: object) -> tuple[object, ...]:
         """A scanner that takes nothing: every line is ``classify``'s."""
-        return pos, line, True, [], [], b"", b"", b"" if rest[-2] else None
+        return pos, line, True, [], [], b"", b"", b"" if rest[-2] else None, [], b""
 
     for size, block in ((1 << 20, 1 << 20), (700, 64)):  # small batches, lines longer than a read
         monkeypatch.setattr(reader, "BLOCK", block)
@@ -154,7 +170,7 @@ def test_the_scanner_takes_plain_records_and_stops_at_the_others() -> None:
     """Plain lines are all the scanner's, in one call and without the GIL; it stops before a line it leaves
     to ``classify`` and after ``limit`` bytes of text."""
     lines = b"".join(json.dumps({"id": i, "text": f"t\u00e9xt {i}"}).encode() + b"\n" for i in range(100))
-    pos, line, stopped, texts, ids, _, _, blob = _jsonl.scan(lines, 0, 0, b"text", [], 0, 1 << 20, 1, 9)
+    pos, line, stopped, texts, ids, _, _, blob, _, _ = _jsonl.scan(lines, 0, 0, b"text", [], 0, 1 << 20, 1, 9)
     assert (pos, line, stopped) == (len(lines), 100, False) and ids == list(range(100))
     assert texts is None and blob == "".join(f"t\u00e9xt {i}" for i in range(100)).encode()
     data = b'{"text": "a"}\n\n{"text": 5}\n{"text": "b"}\n'
@@ -204,11 +220,30 @@ def test_with_the_blob_the_scanner_makes_no_string_and_checks_the_utf8_itself() 
         for where in (b"", b"abc \xe4\xb8\xad" * 3):
             data = good + b'{"text": "' + where + bad + b' end"}\n' + good
             plain = _jsonl.scan(data, 0, 0, b"text", [], False, 1 << 20, False, 99)
-            _, _, _, texts, _, _, sizes, blob = scanned = _jsonl.scan(
+            _, _, _, texts, _, _, sizes, blob, _, _ = scanned = _jsonl.scan(
                 data, 0, 0, b"text", [], False, 1 << 20, True, 99
             )
             assert scanned[:3] == plain[:3] == (len(good), 1, True), bad
             assert texts is None and plain[3] == [text] and blob == text.encode() and sizes == plain[6]
+
+
+def test_each_text_keeps_its_raw_position(tmp_path: Path) -> None:
+    """Ingest's ``source`` and ``line`` members ride along with each text, the scanner's and ``classify``'s
+    alike; a record without both (or with another type) has none (None, -1)."""
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(TRICKY[-14:]))
+    (batch,) = reader.read_batches(str(path), RecordSettings(), 1 << 20)
+    assert list(zip(batch.strings(), batch.sources, batch.raw_lines, strict=True)) == [
+        ("at", "a.jsonl", 7),
+        ("next", "a.jsonl", 8),
+        ("before", "b\u00e9.txt", 9),
+        *[(t, None, -1) for t in ("neg", "float", "str line", "no line", "int source", "null source")],
+        ("dup", "b", 3),
+        ("dup line", "a", 4),
+        ("big", None, -1),
+        ("last line without a newline", None, -1),
+    ]
+    assert batch.sources[0] is batch.sources[1]  # one str for a run of one file
 
 
 def test_write_jsonl_records_scan_as_written(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ signature (``count``).
 - ``engines``: the tokenizers and their encoders behind one interface (``engines.choose`` picks one);
 - ``settings``: the stage's settings; ``sources``: configured ``tokenized_sources`` as imported prefixes;
 - ``imported``: a ``.bin/.idx`` made elsewhere, verified and linked for the count stage;
+- ``ledger``: each tokenized document's raw file, line and content hash (``{prefix}.ledger.npz``), for
+  lineage;
 - ``inspection``: tokenized documents shown as text, pieces and ids; ``memory``: the stage's reuse of freed
   memory (glibc's ``mallopt``);
 - ``_ids``, ``_jsonl``, ``_unitmemo``: the compiled parts (``core.compiled``).

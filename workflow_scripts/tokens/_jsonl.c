@@ -8,15 +8,18 @@
  * ``key`` member (once) is a string of at most ``long_bytes`` bytes holding a character that is not
  * whitespace, and whose ``id`` member (once, if any) is a string, an integer, true, false or null; with
  * ``markers``, a text holding one must be an SFT record (``sft``) and one holding none must not be. Such a
- * record's text and id are what orjson gives. A blank line (ASCII whitespace only) is skipped. Any other
+ * record's text and id are what orjson gives, and so are its raw position's members (ingest's ``source``, a
+ * string, and ``line``, an integer: at most once each; one of another type leaves the position unknown). A
+ * blank line (ASCII whitespace only) is skipped. Any other
  * line stops the scan before it, for the caller to read with orjson (which says what is wrong, or reads what
  * this leaves alone); so does having taken ``limit`` bytes of text or more.
  *
- * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob)``: where it stopped, the number of the
+ * Returns ``(offset, line, stopped, texts, ids, lines, sizes, blob, sources, raw_lines)``: where it stopped, the number of the
  * last line read, whether a line for the caller is there, the texts (str, each keeping its UTF-8: see
  * ``text_str``; with ``blob`` None: no str is made, and the text's UTF-8 is checked here, without the GIL)
  * and ids taken, their 1-based line numbers and UTF-8 sizes (int64 bytes), and with ``blob`` the texts'
- * UTF-8 back to back (else None).
+ * UTF-8 back to back (else None); each record's raw file (``source``: a str, one object for a run of equal
+ * ones, or None) and raw line (int64, -1 where either is unknown).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,9 +37,10 @@ enum { ID_NONE, ID_STR, ID_INT, ID_TRUE, ID_FALSE };
 
 typedef struct {
     size_t start, text_off, text_len, id_off, id_len; /* start: the line's offset in the block */
+    size_t source_off, source_len;
     long long id_int;
-    int64_t line;
-    int id_kind;
+    int64_t line, raw_line; /* raw_line: the record's ``line`` member (-1: none, or not an integer >= 0) */
+    int id_kind, has_source; /* has_source: a string ``source`` member */
 } Record;
 
 typedef struct {
@@ -357,14 +361,15 @@ typedef struct {
 
 /* The record on one line (without its newline), or 0 for the caller's reader. */
 static int record(const Settings *st, const unsigned char *s, const unsigned char *end, unsigned char *texts,
-                  size_t *texts_len, unsigned char *ids, size_t *ids_len, Record *r) {
+                  size_t *texts_len, unsigned char *ids, size_t *ids_len, unsigned char *sources,
+                  size_t *sources_len, Record *r) {
     Parser p = {s, end, NULL, 0, 0, 0, 0};
-    int has_text = 0, has_id = 0;
+    int has_text = 0, has_id = 0, seen_source = 0, seen_line = 0;
     ws(&p);
     if (p.s >= p.end || *p.s != '{') return 0;
     p.s++;
     ws(&p);
-    r->id_kind = ID_NONE;
+    r->id_kind = ID_NONE, r->has_source = 0, r->raw_line = -1;
     if (p.s < p.end && *p.s == '}') return 0; /* no text */
     for (;;) {
         if (p.s >= p.end || *p.s != '"') return 0;
@@ -378,7 +383,9 @@ static int record(const Settings *st, const unsigned char *s, const unsigned cha
         ws(&p);
         int is_text = name_len == (size_t)st->key_len && !memcmp(name, st->key, name_len);
         int is_id = name_len == 2 && !memcmp(name, "id", 2);
-        if (is_text && is_id) return 0; /* the text is the id: orjson's to read */
+        int is_source = name_len == 6 && !memcmp(name, "source", 6);
+        int is_line = name_len == 4 && !memcmp(name, "line", 4);
+        if (is_text && (is_id || is_source || is_line)) return 0; /* the text is another member: orjson's */
         if (is_text) {
             if (has_text++ || p.s >= p.end || *p.s != '"') return 0;
             p.out = texts + *texts_len, p.out_len = 0, p.nonspace = 0, p.lazy = 1;
@@ -404,6 +411,27 @@ static int record(const Settings *st, const unsigned char *s, const unsigned cha
                 if (!number(&p, &integer, &r->id_int) || !integer) return 0;
                 r->id_kind = ID_INT;
             } else {
+                return 0;
+            }
+        } else if (is_source) {
+            if (seen_source++ || p.s >= p.end) return 0;
+            if (*p.s == '"') {
+                p.out = sources + *sources_len, p.out_len = 0;
+                if (!string(&p)) return 0;
+                r->has_source = 1, r->source_off = *sources_len, r->source_len = p.out_len;
+                *sources_len += p.out_len;
+                p.out = NULL;
+            } else if (!value(&p, 1)) {
+                return 0;
+            }
+        } else if (is_line) {
+            if (seen_line++ || p.s >= p.end) return 0;
+            int integer;
+            long long v;
+            if (*p.s == '-' || (*p.s >= '0' && *p.s <= '9')) {
+                if (!number(&p, &integer, &v)) return 0;
+                if (integer && v >= 0) r->raw_line = v;
+            } else if (!value(&p, 1)) {
                 return 0;
             }
         } else if (!value(&p, 1)) {
@@ -465,15 +493,16 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         PyBuffer_Release(&key);
         return NULL;
     }
-    PyObject *result = NULL, *texts = NULL, *ids = NULL, **made = NULL;
+    PyObject *result = NULL, *texts = NULL, *ids = NULL, *sources = NULL, **made = NULL;
     size_t n_made = 0;
     Py_ssize_t n_markers = PyList_GET_SIZE(marker_list), got_markers = 0;
     Py_buffer *markers = PyMem_Calloc((size_t)n_markers + 1, sizeof(Py_buffer));
     size_t in_len = (size_t)(block.len - start);
     unsigned char *text_buf = malloc(in_len + 16), *id_buf = malloc(in_len + 16); /* see string */
-    size_t cap = 1024, n = 0, texts_len = 0, ids_len = 0;
+    unsigned char *source_buf = malloc(in_len + 16);
+    size_t cap = 1024, n = 0, texts_len = 0, ids_len = 0, sources_len = 0;
     Record *records = malloc(cap * sizeof(Record));
-    if (!markers || !text_buf || !id_buf || !records) {
+    if (!markers || !text_buf || !id_buf || !source_buf || !records) {
         PyErr_NoMemory();
         goto done;
     }
@@ -499,9 +528,9 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
             records = grown, cap *= 2;
         }
         Record *r = &records[n];
-        size_t before_texts = texts_len, before_ids = ids_len;
-        if (!record(&st, s, stop, text_buf, &texts_len, id_buf, &ids_len, r)) {
-            texts_len = before_texts, ids_len = before_ids;
+        size_t before_texts = texts_len, before_ids = ids_len, before_sources = sources_len;
+        if (!record(&st, s, stop, text_buf, &texts_len, id_buf, &ids_len, source_buf, &sources_len, r)) {
+            texts_len = before_texts, ids_len = before_ids, sources_len = before_sources;
             stopped = 1;
             break;
         }
@@ -534,15 +563,20 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!want_blob) n = n_made;
     texts = want_blob ? Py_NewRef(Py_None) : PyList_New((Py_ssize_t)n);
     ids = PyList_New((Py_ssize_t)n);
+    sources = PyList_New((Py_ssize_t)n);
+    PyObject *raw_lines = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     PyObject *lines = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     PyObject *sizes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     PyObject *blob = want_blob ? PyBytes_FromStringAndSize((const char *)text_buf, (Py_ssize_t)texts_len)
                                : Py_NewRef(Py_None);
-    if (!texts || !ids || !lines || !sizes || !blob) {
-        Py_XDECREF(lines), Py_XDECREF(sizes), Py_XDECREF(blob);
+    if (!texts || !ids || !sources || !raw_lines || !lines || !sizes || !blob) {
+        Py_XDECREF(raw_lines), Py_XDECREF(lines), Py_XDECREF(sizes), Py_XDECREF(blob);
         goto done;
     }
     int64_t *line_at = (int64_t *)PyBytes_AS_STRING(lines), *size_at = (int64_t *)PyBytes_AS_STRING(sizes);
+    int64_t *raw_at = (int64_t *)PyBytes_AS_STRING(raw_lines);
+    PyObject *last_source = NULL; /* borrowed: the list holds it */
+    const Record *last_record = NULL;
     for (size_t i = 0; i < n; i++) {
         Record *r = &records[i];
         PyObject *id;
@@ -553,10 +587,22 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         case ID_FALSE: id = Py_NewRef(Py_False); break;
         default: id = Py_NewRef(Py_None);
         }
-        if (!id) {
-            Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
+        PyObject *source = Py_None;
+        int known = r->has_source && r->raw_line >= 0, reused = 0;
+        if (known && last_record && last_record->source_len == r->source_len &&
+            !memcmp(source_buf + last_record->source_off, source_buf + r->source_off, r->source_len))
+            source = last_source, reused = 1;
+        else if (known && id)
+            source = PyUnicode_DecodeUTF8((const char *)source_buf + r->source_off, (Py_ssize_t)r->source_len, NULL);
+        if (!id || !source) {
+            Py_XDECREF(id);
+            Py_DECREF(raw_lines), Py_DECREF(lines), Py_DECREF(sizes), Py_DECREF(blob);
             goto done;
         }
+        if (reused || !known) Py_INCREF(source);
+        if (known) last_source = source, last_record = r;
+        PyList_SET_ITEM(sources, (Py_ssize_t)i, source);
+        raw_at[i] = known ? r->raw_line : -1;
         if (!want_blob) {
             PyList_SET_ITEM(texts, (Py_ssize_t)i, made[i]);
             made[i] = NULL; /* the list's now */
@@ -565,16 +611,17 @@ static PyObject *scan(PyObject *Py_UNUSED(module), PyObject *args) {
         line_at[i] = r->line;
         size_at[i] = (int64_t)r->text_len;
     }
-    result = Py_BuildValue("nLOOONNN", (Py_ssize_t)pos, line, stopped ? Py_True : Py_False, texts, ids, lines,
-                           sizes, blob);
+    result = Py_BuildValue("nLOOONNNON", (Py_ssize_t)pos, line, stopped ? Py_True : Py_False, texts, ids, lines,
+                           sizes, blob, sources, raw_lines);
 done:
     for (size_t i = 0; made && i < n_made; i++) Py_XDECREF(made[i]);
     free(made);
     Py_XDECREF(texts);
     Py_XDECREF(ids);
+    Py_XDECREF(sources);
     for (Py_ssize_t m = 0; m < got_markers; m++) PyBuffer_Release(&markers[m]);
     PyMem_Free(markers);
-    free(text_buf), free(id_buf), free(records);
+    free(text_buf), free(id_buf), free(source_buf), free(records);
     PyBuffer_Release(&block);
     PyBuffer_Release(&key);
     return result;

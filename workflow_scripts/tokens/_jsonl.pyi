@@ -14,4 +14,6 @@ def scan(
     limit: int,
     blob: bool,
     long_bytes: int,
-) -> tuple[int, int, bool, list[str] | None, list[Any], bytes, bytes, bytes | None]: ...
+) -> tuple[
+    int, int, bool, list[str] | None, list[Any], bytes, bytes, bytes | None, list[str | None], bytes
+]: ...

@@ -9,7 +9,8 @@ the ``tokenize`` settings of config/schema.yaml (with its defaults)::
 
 Outputs, all next to each other (D = ``P_text_document``): ``D.bin`` and ``D.idx`` (one sequence per
 document: [BOS] tokens [EOD]), ``D.quarantine.jsonl`` (one line per rejected record: ``line``, ``id``,
-``reason``, ``detail``) and ``D.stats.json`` (written last: ``docs_in``, ``docs_out``, ``rejected``,
+``reason``, ``detail``), ``D.ledger.npz`` (each document's raw file, line and content hash: ``ledger``) and
+``D.stats.json`` (written last: ``docs_in``, ``docs_out``, ``rejected``,
 ``tokens``, ``bytes``, ...). All are written atomically.
 
 Reject reasons: ``malformed_json`` (not JSON or not an object), ``missing_text`` (key missing or not a
@@ -85,7 +86,17 @@ from workflow_scripts.tokens.engines import choose
 from workflow_scripts.tokens.engines.base import Encoded, Encoder, Tokenizer
 from workflow_scripts.tokens.framing import RecordSettings, encode_sft, frame, resolve_settings, write_long
 from workflow_scripts.tokens.kinds import TokenizerFiles
-from workflow_scripts.tokens.reader import REASONS, Batch, Reject, in_order, pop_long, prefetch, read_batches
+from workflow_scripts.tokens.ledger import LedgerBuilder, long_text_hash, str_hashes, utf8_hashes
+from workflow_scripts.tokens.reader import (
+    REASONS,
+    Batch,
+    Long,
+    Reject,
+    in_order,
+    pop_long,
+    prefetch,
+    read_batches,
+)
 from workflow_scripts.tokens.settings import TokenizeSettings
 from workflow_scripts.tokens.sft import MarkerSplitter
 
@@ -123,6 +134,7 @@ def tokenize_file(
     routed_docs = 0  # how many documents an engine left to its library
     unsafe_before = tokenizer.unsafe_cuts
     plain = not input_path.endswith((".gz", ".zst"))
+    ledger = LedgerBuilder()
     options = dataclasses.replace(
         DEFAULTS,
         threads=workers,
@@ -143,7 +155,7 @@ def tokenize_file(
         reading = read_batches(input_path, settings, batch_bytes, encoder.reads_utf8)
         batches = prefetch(reading, early=START_READ_AHEAD // batch_bytes)
         encode = functools.partial(encode_batch, encoder, splitter, settings)
-        for batch, long, encoded in in_order(encode, batches, encoder.concurrent_calls):
+        for batch, long, encoded, hashes in in_order(encode, batches, encoder.concurrent_calls):
             encoded = encoder.finish(batch.strings(), encoded)  # here, beside the next batches' encoding
             lengths, routed = encoded.lengths, encoded.routed
             named += [batch.lines[i] for i in routed[: ROUTED_LINES - len(named)]]
@@ -162,6 +174,11 @@ def tokenize_file(
             before, after = [*bos, *encoded.before], [*encoded.after, *eod]
             out, out_lengths = frame(encoded.ids, lengths, before, after, keep, builder.dtype)
             builder.add_documents(out, out_lengths)
+            if keep.all():
+                ledger.add(batch.sources, batch.raw_lines, hashes)
+            else:
+                kept = np.flatnonzero(keep).tolist()
+                ledger.add([batch.sources[i] for i in kept], [batch.raw_lines[i] for i in kept], hashes[keep])
             for r in sorted(rejects, key=lambda r: r.line):
                 quarantine.write(orjson.dumps(r.__dict__) + b"\n")
                 rejected[r.reason] += 1
@@ -171,13 +188,15 @@ def tokenize_file(
             text_bytes += sum(itertools.compress(batch.text_bytes, keep))
             input_bytes += batch.input_bytes
             if long is not None:
-                text, line, rid, nbytes = long
+                text, line, rid, nbytes = long.text, long.line, long.id, long.size
+                where = [long.source], [long.raw_line], [long_text_hash(text)]
                 del long
                 written, count = write_long(builder, tokenizer, text, settings)
                 del text
                 docs_in += 1
                 if written:
                     docs_out, tokens, text_bytes = docs_out + 1, tokens + written, text_bytes + nbytes
+                    ledger.add(*where)
                 else:
                     reject = Reject(line, rid, "too_few_tokens", f"{count} tokens < {settings.min_tokens}")
                     quarantine.write(orjson.dumps(reject.__dict__) + b"\n")
@@ -185,6 +204,7 @@ def tokenize_file(
             progress.advance(batch.input_bytes, batch.docs_in)
         # inside the block: a mismatch leaves no output
         check_balance({"docs_in": docs_in, "docs_out": docs_out, "rejected": rejected}, input_path)
+        ledger.write(prefix)
         run = progress.summary(docs_in, docs_out, sum(rejected.values()))
         fast_stats = encoder.stats(routed_docs)
         fast_stats |= routed_lines(named, fast_stats)
@@ -220,14 +240,17 @@ def tokenize_file(
 
 def encode_batch(
     encoder: Encoder, splitter: MarkerSplitter | None, settings: RecordSettings, batch: Batch
-) -> tuple[Batch, tuple[str, int, Any, int] | None, Encoded]:
-    """The batch with its long document taken out (pretraining) and its ids; run by ``in_order``'s threads,
-    so that the next batches encode while this one is written (and the caller ``finish``es it)."""
+) -> tuple[Batch, Long | None, Encoded, np.ndarray]:
+    """The batch with its long document taken out (pretraining), its ids and its texts' hashes (the
+    ledger's); run by ``in_order``'s threads, so that the next batches encode while this one is written (and
+    the caller ``finish``es it)."""
     if splitter is not None:
-        return batch, None, encode_sft(encoder, splitter, settings.marker_ids, batch.strings())
+        texts = batch.strings()
+        return batch, None, encode_sft(encoder, splitter, settings.marker_ids, texts), str_hashes(texts)
     long = pop_long(batch)  # a batch ends with its long document
     utf8 = batch.utf8_batch() if batch.utf8 else None  # the reader's UTF-8 bytes, when read
-    return batch, long, encoder.encode(batch.strings(), utf8)
+    hashes = str_hashes(batch.strings()) if utf8 is None else utf8_hashes(utf8[0], batch.text_bytes)
+    return batch, long, encoder.encode(batch.strings(), utf8), hashes
 
 
 def routed_lines(lines: list[int], fast: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,9 @@ this workflow or by any tool with the same layout. It is checked, not trusted:
 
 ``OUT.bin`` and ``OUT.idx`` become relative symbolic links to the source (no copy) and ``OUT.stats.json``
 records what the tokenize stage records (the tokenizer's identity, counts), so the count stage, the plan's
-one-tokenizer check and the pack writer treat the prefix like one tokenized here.
+one-tokenizer check and the pack writer treat the prefix like one tokenized here. ``OUT.ledger.npz`` (the
+lineage ledger, ``ledger``) links to the source's when it has one (tokenized by this workflow), else says
+that each document's raw position and text are unknown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, best_dtype
 from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
+from workflow_scripts.tokens.ledger import LEDGER_EXT, write_unknown
 from workflow_scripts.tokens.reader import REASONS
 
 if TYPE_CHECKING:
@@ -114,6 +117,10 @@ def import_prefix(source: str, output_prefix: str, tokenizer: Tokenizer, eod: st
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
     for ext in (".bin", ".idx"):
         _relative_link(source + ext, output_prefix + ext)
+    if os.path.exists(source + LEDGER_EXT):
+        _relative_link(source + LEDGER_EXT, output_prefix + LEDGER_EXT)
+    else:
+        write_unknown(output_prefix, summary["documents"])
     stats: dict[str, Any] = {
         "input": source,
         "output_prefix": output_prefix,

@@ -2,9 +2,10 @@
 ``batch_bytes`` of text, each with the records rejected while parsing it, read ahead in a background
 thread (``prefetch``) while the previous batches are encoded (``in_order``: one a thread, results in
 order). The compiled scanner (``_jsonl.c``) reads the records it can vouch for (most of them) without the
-GIL; ``classify`` reads every other line. For an engine that reads the texts' UTF-8, a batch holds that and
-no str per text (``Batch.strings`` decodes one when asked). ``REASONS`` are every reject reason of the
-stage, in the order of its stats."""
+GIL; ``classify`` reads every other line. Each record's raw position (ingest's ``source`` and ``line``
+members, ``raw_position``) rides along for the lineage ledger (``ledger``). For an engine that reads the
+texts' UTF-8, a batch holds that and no str per text (``Batch.strings`` decodes one when asked).
+``REASONS`` are every reject reason of the stage, in the order of its stats."""
 
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ class Batch:
     ids: list[Any] = field(default_factory=list)
     text_bytes: list[int] = field(default_factory=list)  # UTF-8 sizes (not the long document's)
     utf8: list[bytes] = field(default_factory=list)  # the texts' UTF-8 bytes, when asked for
+    sources: list[str | None] = field(default_factory=list)  # each text's raw file (None: unknown)
+    raw_lines: list[int] = field(default_factory=list)  # and raw line (-1: unknown)
     rejects: list[Reject] = field(default_factory=list)
     input_bytes: int = 0
     size: int = 0  # text bytes, to cut batches
@@ -83,10 +86,14 @@ class Batch:
         lines: bytes,
         sizes: bytes,
         utf8: bytes | None,
+        sources: list[str | None],
+        raw_lines: bytes,
         read: int,
     ) -> None:
         """Take in what the scanner took from ``read`` input bytes (``_jsonl.scan``'s results)."""
         taken = np.frombuffer(sizes, np.int64).tolist()
+        self.sources += sources
+        self.raw_lines += np.frombuffer(raw_lines, np.int64).tolist()
         self.texts += [None] * len(taken) if texts is None else texts
         self.ids += ids
         self.lines += np.frombuffer(lines, np.int64).tolist()
@@ -128,32 +135,42 @@ class Strings(Sequence[str]):
         return self.blob[self.ends[k - 1] if k else 0 : self.ends[k]].decode()
 
 
+def raw_position(record: dict[str, Any]) -> tuple[str | None, int]:
+    """A record's raw file and line (ingest's ``source`` and ``line``); ``(None, -1)`` unless ``source`` is a
+    string and ``line`` an integer from 0 to 2**63 - 1."""
+    source, line = record.get("source"), record.get("line")
+    if isinstance(source, str) and type(line) is int and 0 <= line < 1 << 63:
+        return source, line
+    return None, -1
+
+
 def classify(
     raw: bytes, line: int, settings: RecordSettings, splitter: MarkerSplitter | None
-) -> tuple[Any, str | Reject]:
-    """Parse one input line: ``(id, text)`` for a record to encode, ``(None, Reject)`` otherwise."""
+) -> tuple[Any, str | Reject, dict[str, Any]]:
+    """Parse one input line: ``(id, text, record)`` for a record to encode, ``(None, Reject, {})``
+    otherwise."""
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return None, Reject(line, None, "malformed_json", str(exc)[:200])
+        return None, Reject(line, None, "malformed_json", str(exc)[:200]), {}
     if not isinstance(record, dict):
-        return None, Reject(line, None, "malformed_json", f"a JSON {type(record).__name__}, not an object")
+        detail = f"a JSON {type(record).__name__}, not an object"
+        return None, Reject(line, None, "malformed_json", detail), {}
     rid = record.get("id")
     text = record.get(settings.json_key)
     if not isinstance(text, str):
         what = "missing" if text is None else f"a {type(text).__name__}, not a string"
-        return None, Reject(line, rid, "missing_text", f"{settings.json_key!r} is {what}")
+        return None, Reject(line, rid, "missing_text", f"{settings.json_key!r} is {what}"), {}
     if not text or text.isspace():  # as ``not text.strip()``, without the copy
-        return None, Reject(line, rid, "empty_text", "whitespace only" if text else "empty string")
+        return None, Reject(line, rid, "empty_text", "whitespace only" if text else "empty string"), {}
     if splitter is not None:
         has_marker = splitter.contains_marker(text)
         if settings.sft and not has_marker:
-            return None, Reject(line, rid, "no_sft_marker", "SFT record without any marker")
+            return None, Reject(line, rid, "no_sft_marker", "SFT record without any marker"), {}
         if not settings.sft and has_marker:
-            return None, Reject(
-                line, rid, "marker_in_pretraining", "pretraining document contains an SFT marker"
-            )
-    return rid, text
+            reason = "pretraining document contains an SFT marker"
+            return None, Reject(line, rid, "marker_in_pretraining", reason), {}
+    return rid, text, record
 
 
 def utf8_length(text: str, chunk: int = 1 << 20) -> int:
@@ -205,10 +222,10 @@ def read_batches(
             while pos < len(block):
                 start = pos
                 limit = min(batch_bytes - batch.size, SCAN_BYTES)
-                pos, line, stopped, texts, ids, lines, sizes, blob = scan(
+                pos, line, stopped, texts, ids, lines, sizes, blob, sources, raw_lines = scan(
                     block, pos, line, key, markers, settings.sft, limit, utf8, LONG_CHARS
                 )
-                batch.add_scanned(texts, ids, lines, sizes, blob, pos - start)
+                batch.add_scanned(texts, ids, lines, sizes, blob, sources, raw_lines, pos - start)
                 if batch.size >= batch_bytes:
                     yield joined(batch, utf8)
                     batch = Batch()
@@ -237,12 +254,15 @@ def add_line(
     batch.input_bytes += len(raw)
     if raw.isspace():
         return False
-    rid, text = classify(raw, line, settings, splitter)
+    rid, text, record = classify(raw, line, settings, splitter)
     if isinstance(text, Reject):
         batch.rejects.append(text)
         return False
     batch.lines.append(line)
     batch.ids.append(rid)
+    source, raw_line = raw_position(record)
+    batch.sources.append(source)
+    batch.raw_lines.append(raw_line)
     if len(text) > LONG_CHARS:
         batch.texts.append(text)
         return True
@@ -325,11 +345,25 @@ def prefetch(items: Generator[T, None, None], depth: int = 2, early: int = 0) ->
         thread.join()
 
 
-def pop_long(batch: Batch) -> tuple[str, int, Any, int] | None:
-    """Take the batch's last document out if it is too long to encode at once: ``(text, line, id,
-    bytes)``. A long document always ends its batch (and has no UTF-8 bytes or size in it)."""
+@dataclass(frozen=True)
+class Long:
+    """A batch's last document, too long to encode at once: its text, line, id, UTF-8 size and raw
+    position."""
+
+    text: str
+    line: int
+    id: Any
+    size: int
+    source: str | None
+    raw_line: int
+
+
+def pop_long(batch: Batch) -> Long | None:
+    """Take the batch's last document out if it is too long to encode at once. A long document always ends
+    its batch (and has no UTF-8 bytes or size in it)."""
     text = batch.texts[-1] if batch.texts else None
     if text is None or len(text) <= LONG_CHARS:
         return None
     batch.texts.pop()
-    return text, batch.lines.pop(), batch.ids.pop(), utf8_length(text)
+    line, rid, size = batch.lines.pop(), batch.ids.pop(), utf8_length(text)
+    return Long(text, line, rid, size, batch.sources.pop(), batch.raw_lines.pop())
