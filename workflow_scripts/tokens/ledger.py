@@ -72,17 +72,32 @@ class LedgerBuilder:
         self.hashes: list[np.ndarray] = []
 
     def add(self, sources: Sequence[str | None], lines: Sequence[int], hashes: np.ndarray) -> None:
-        """Documents with their raw files (None: unknown), raw lines and hashes."""
-        run_file, run_line, run_docs = self.run_file, self.run_line, self.run_docs
-        for source, line in zip(sources, lines, strict=True):
-            file = -1 if source is None else self.files.setdefault(source, len(self.files))
-            if run_docs and run_file[-1] == file and (file < 0 or line == run_line[-1] + run_docs[-1]):
-                run_docs[-1] += 1
-            else:
-                run_file.append(file)
-                run_line.append(0 if file < 0 else line)
-                run_docs.append(1)
+        """Documents with their raw files and lines (None or -1: unknown) and hashes; array work per
+        document, a loop per run."""
+        n = len(sources)
         self.hashes.append(np.asarray(hashes, np.uint64))
+        if not n:
+            return
+        files, raw = np.empty(n, object), np.asarray(lines, np.int64)
+        files[:] = sources
+        unknown = (files == None) | (raw < 0)  # noqa: E711 (element by element)
+        new = np.ones(n, bool)
+        new[1:] = (files[1:] != files[:-1]) | (raw[1:] != raw[:-1] + 1) | (unknown[1:] != unknown[:-1])
+        new[1:] &= ~(unknown[1:] & unknown[:-1])  # an unknown stretch is one run
+        starts = np.flatnonzero(new).tolist()
+        for start, stop in zip(starts, [*starts[1:], n], strict=True):
+            file = -1 if unknown[start] else self.files.setdefault(files[start], len(self.files))
+            line = 0 if file < 0 else int(raw[start])
+            if not self.run_docs or not self._continues(file, line):
+                self.run_file.append(file)
+                self.run_line.append(line)
+                self.run_docs.append(0)
+            self.run_docs[-1] += stop - start
+
+    def _continues(self, file: int, line: int) -> bool:
+        """Whether a document at ``file:line`` continues the last run."""
+        last = self.run_file[-1]
+        return last == file and (file < 0 or line == self.run_line[-1] + self.run_docs[-1])
 
     def write(self, prefix: str) -> None:
         """Write ``{prefix}.ledger.npz`` (atomically)."""
