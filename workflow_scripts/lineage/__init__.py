@@ -1,9 +1,10 @@
-"""Lineage: what the model saw. Reads a pack's trainer config, its merged ``.bin/.idx`` and the plan;
-writes nothing. Modules:
+"""Lineage: what the model saw. Reads a pack's trainer config, its merged ``.bin/.idx``, the plan and the
+sources' ledgers; writes nothing. Modules:
 
 - ``steps``: which sequences of a pack each global step reads, and which steps read a sequence (the
   trainer's sample order, inverted),
 - ``sources``: a pack's documents back to their tokenized sources, from the plan's rows,
-- ``query``: ``snakepack lineage`` (``--steps N:M``, ``--doc PATH:SEQ``, ``--source-doc SOURCE:DOC``) over
-  them.
+- ``query``: ``snakepack lineage`` (``--steps N:M``, ``--doc PATH:SEQ`` or ``FILE:LINE``,
+  ``--source-doc SOURCE:DOC``, ``--hash HEX``, ``--text TEXT``) over them and the tokenized sources'
+  ledgers (``tokens.ledger``: each document's raw file, line and content hash).
 """

@@ -6,14 +6,22 @@ Usage::
     snakepack lineage --config results/train/main_1/main_1.yml --doc 0:1234      # path 0's sequence 1234
     snakepack lineage --config C --plan results/plan.json --steps 5:8           # ... and their sources
     snakepack lineage --config C --plan results/plan.json --source-doc en_web_news_split_0007:12
+    snakepack lineage --config C --plan results/plan.json --doc vendor_0003.jsonl.gz:5521  # a raw line
+    snakepack lineage --config C --plan results/plan.json --hash 3f2a...e1      # a document's content hash
+    snakepack lineage --config C --plan results/plan.json --text "the document's text"
 
 Each answer is JSON on standard output. ``--steps N:M`` (global steps, both included) lists every sequence
-read with its path, its number in that ``.idx`` and the tokens read of it; with ``--plan``, also the pack's
-document it belongs to and the tokenized source, document and epoch it was read from (``sources``).
+read with its path, its number in that ``.idx``, the tokens read of it and an excerpt (its first tokens,
+decoded with the config's tokenizer); with ``--plan``, also the pack's document it belongs to, the
+tokenized source, document and epoch it was read from (``sources``) and, from that source's lineage ledger
+(``tokens.ledger``), its raw file and line (``raw``: ``FILE:LINE``, null where unknown) and content hash.
 ``--doc PATH:SEQ`` (``PATH``: the index in ``train_data_paths``, or the prefix itself) and
 ``--source-doc SOURCE:DOC`` (a tokenized source's name and document, with ``--plan``) give the global steps
 that read it and the checkpoints in the config's ``save`` folder that have seen it (saved at or after its
-first step). The reading order is the trainer's (``steps``).
+first step). ``--doc FILE:LINE`` (a raw file, by name, and its line), ``--hash HEX`` and ``--text TEXT``
+(whose hash is looked up) find the documents of the pack's sources in their ledgers, each answered as
+``--source-doc``. A source tokenized before ledgers were written is a clear error for these, and has
+``raw`` null in ``--steps``. The reading order is the trainer's (``steps``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.lineage.sources import PackSources, document_of
 from workflow_scripts.lineage.steps import StepMap
+from workflow_scripts.tokens.kinds import TokenizerFiles
+from workflow_scripts.tokens.ledger import Ledger, text_hash
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference.config import load_config
 from workflow_scripts.train.reference.run_config import RunConfig
@@ -57,14 +67,29 @@ def split_number(option: str, text: str) -> tuple[str, int]:
     return name, int(number)
 
 
-def parse_doc(text: str, paths: list[str]) -> tuple[int, int]:
-    """``PATH:SEQ`` as (path index, sequence); ``PATH`` an index or one of ``paths``."""
+def parse_doc(text: str, paths: list[str]) -> tuple[int | str, int]:
+    """``PATH:SEQ`` as (path index, sequence), ``PATH`` an index or one of ``paths``; else ``FILE:LINE`` as
+    (raw file, line)."""
     path, seq = split_number("--doc", text)
     if path.isdigit() and int(path) < len(paths):
         return int(path), seq
     if path in paths:
         return paths.index(path), seq
-    raise UserError(f"--doc {text}: {path} is not one of train_data_paths ({', '.join(paths)})")
+    return path, seq
+
+
+def parse_hash(text: str) -> int:
+    """A content hash: 16 hex digits (``tokens.ledger``)."""
+    try:
+        value = int(text, 16)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1 << 64:
+        raise UserError(f"--hash {text}: expected a document's content hash, 16 hex digits")
+    return value
+
+
+EXCERPT_TOKENS = 24  # the tokens an excerpt decodes
 
 
 class Lineage:
@@ -81,6 +106,43 @@ class Lineage:
     def sources(self, path: int) -> PackSources:
         assert self.plan is not None
         return PackSources.of_plan(self.plan, os.path.basename(self.cfg.train_paths[path]))
+
+    @cache  # noqa: B019
+    def ledger(self, prefix: str) -> Ledger:
+        return Ledger.read(prefix)
+
+    @cache  # noqa: B019
+    def dataset(self, path: int) -> IndexedDataset:
+        return IndexedDataset(self.cfg.train_paths[path])
+
+    @cache  # noqa: B019
+    def tokenizer(self) -> Any:
+        files = TokenizerFiles.resolve(self.cfg.vocab_file, merges=self.cfg.tokenizer[1])
+        return files.load() if all(map(os.path.exists, files.paths)) else None
+
+    def excerpt(self, path: int, sequence: int) -> str | None:
+        """The sequence's first tokens as text (None without the config's tokenizer, or not its tokens)."""
+        tokenizer = self.tokenizer()
+        ids = [int(i) for i in self.dataset(path)[sequence][:EXCERPT_TOKENS]]
+        if tokenizer is None or max(ids, default=0) >= tokenizer.vocab_size:  # not this tokenizer's tokens
+            return None
+        return tokenizer.decode(ids)
+
+    def raw(self, prefix: str, doc: int) -> dict[str, Any]:
+        """A tokenized source's document in its ledger: ``raw`` (FILE:LINE or None) and ``hash``."""
+        try:
+            where = self.ledger(prefix).position(doc)
+        except UserError:  # tokenized before ledgers
+            return {"raw": None, "hash": None}
+        return {"raw": None if where.file is None else f"{where.file}:{where.line}", "hash": where.hash}
+
+    def source_prefixes(self) -> dict[str, str]:
+        """The tokenized sources the config's packs read: name -> prefix."""
+        return {
+            row["source"]: row["prefix"]
+            for path in range(len(self.cfg.train_paths))
+            for row in self.sources(path).rows
+        }
 
     def seen(self, path: int, sequences: Sequence[int]) -> dict[str, Any]:
         read = sorted({s for seq in sequences for s in self.steps.steps(path, seq)})
@@ -100,7 +162,8 @@ class Lineage:
                 doc = document_of(self.doc_idx(r.path), r.sequence)
                 where = self.sources(r.path).source_of(doc)
                 entry |= {"document": doc, "source": where.source, "source_document": where.doc}
-                entry["epoch"] = where.epoch
+                entry |= {"epoch": where.epoch, **self.raw(where.prefix, where.doc)}
+            entry["excerpt"] = self.excerpt(r.path, r.sequence)
             documents.append(entry)
         return {"steps": [first, last], "documents": documents}
 
@@ -118,6 +181,15 @@ class Lineage:
             )
         return {"source": source, "source_document": doc, "packs": packs}
 
+    def of_matches(self, query: dict[str, Any], find: Any) -> dict[str, Any]:
+        """Each document of the pack's sources that ``find(ledger)`` names, answered as ``--source-doc``."""
+        matches = []
+        for source, prefix in sorted(self.source_prefixes().items()):
+            for doc in find(self.ledger(prefix)):
+                answer = self.of_source_document(source, doc)
+                matches.append({**answer, **self.raw(prefix, doc)})
+        return {"query": query, "matches": matches}
+
 
 def answer(args: argparse.Namespace) -> dict[str, Any]:
     plan = Plan.read(args.plan) if args.plan else None
@@ -125,9 +197,20 @@ def answer(args: argparse.Namespace) -> dict[str, Any]:
     if args.steps:
         return lineage.of_steps(*parse_range(args.steps))
     if args.doc:
-        return lineage.of_sequence(*parse_doc(args.doc, lineage.cfg.train_paths))
+        where, number = parse_doc(args.doc, lineage.cfg.train_paths)
+        if isinstance(where, int):
+            return lineage.of_sequence(where, number)
+    given = [o for o in ("doc", "source_doc", "hash", "text") if getattr(args, o) is not None]
+    option = "--" + given[0].replace("_", "-")
     if plan is None:
-        raise UserError("--source-doc needs --plan (the plan's rows map sources to the packs)")
+        raise UserError(f"{option} needs --plan (the plan's rows map sources to the packs)")
+    if args.doc:
+        query = {"file": where, "line": number}
+        return lineage.of_matches(query, lambda ledger: ledger.at_line(str(where), number))
+    if args.hash or args.text is not None:
+        value = parse_hash(args.hash) if args.hash else text_hash(args.text)
+        query = {"hash": f"{value:016x}"}
+        return lineage.of_matches(query, lambda ledger: ledger.with_hash(value))
     return lineage.of_source_document(*split_number("--source-doc", args.source_doc))
 
 
@@ -137,8 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plan", help="plan.json (with its table beside it): name the sources")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--steps", help="N:M, global steps (both included)")
-    what.add_argument("--doc", help="PATH:SEQ, a sequence of the pack's .idx")
+    what.add_argument(
+        "--doc", help="PATH:SEQ, a sequence of the pack's .idx; or FILE:LINE, a raw line (with --plan)"
+    )
     what.add_argument("--source-doc", help="SOURCE:DOC, a document of a tokenized source (with --plan)")
+    what.add_argument("--hash", help="HEX, a document's content hash (with --plan)")
+    what.add_argument("--text", help="TEXT, a document's whole text, found by its hash (with --plan)")
     args = parser.parse_args(argv)
     sys.stdout.buffer.write(orjson.dumps(answer(args), option=orjson.OPT_INDENT_2) + b"\n")
     return 0

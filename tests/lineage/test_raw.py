@@ -1,0 +1,126 @@
+"""``snakepack lineage`` down to the raw input, through the sources' ledgers (tokens/ledger.py): a planted
+document found by its raw file and line, by its hash and by its text lands at exactly the steps a
+brute-force replay of the trainer's sample order gives; ``--steps`` names each document's raw line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.datapacks.test_packer import plan_for
+from tests.train.conftest import model  # noqa: F401 (a fixture)
+from tests.train.reference.conftest import BATCH, SEQ, write_config
+from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import write_json
+from workflow_scripts.core.indexed_dataset import IndexedDataset
+from workflow_scripts.datapacks import packer, plan_table
+from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.datapacks.specs import pack_spec
+from workflow_scripts.lineage.sources import PackSources, document_of
+from workflow_scripts.lineage.steps import StepMap
+from workflow_scripts.tokens.ledger import LedgerBuilder, text_hash
+from workflow_scripts.train.reference.config import load_config
+
+pytestmark = pytest.mark.fast
+
+
+def raw_of(source: str, doc: int) -> tuple[str | None, int | None]:
+    """The raw file and line the ledgers below give a source's document: two files, a quarantined line
+    (a gap) and, for the German source, an unknown stretch."""
+    if source == "de_web_a":
+        return (None, None) if 10 <= doc < 15 else ("de.txt", doc + 1)
+    if doc < 80:
+        return "en_a.jsonl", doc + 1 + (doc >= 40)  # line 41 was quarantined
+    return "en_b.jsonl.zst", doc - 79
+
+
+def text_of(source: str, doc: int) -> str:
+    return f"{source} document {doc} \u00e9"
+
+
+def write_ledgers(tmp: Path) -> None:
+    """Ledgers for ``plan_for``'s two sources."""
+    for name in ("en_web_a", "de_web_a"):
+        prefix = str(tmp / name)
+        builder = LedgerBuilder()
+        for doc in range(IndexedDataset(prefix).num_documents):
+            file, line = raw_of(name, doc)
+            builder.add([file], [-1 if line is None else line], [text_hash(text_of(name, doc))])
+        builder.write(prefix)
+
+
+def lineage(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert snakepack(["lineage", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def brute_force_steps(config: Path, sources: PackSources, prefix: Path, source: str, doc: int) -> list[int]:
+    """Every global step whose samples read any token of ``source``'s document ``doc``: each step's samples
+    replayed through ``StepMap.sample_spans``, each span's pack document named by the plan."""
+    cfg = load_config([str(config)])
+    steps, doc_idx = StepMap(cfg), IndexedDataset(prefix).doc_idx
+    found = []
+    for step in range(cfg.offset + 1, cfg.end + 1):
+        first = (step - cfg.offset - 1) * cfg.batch
+        for k in range(first, first + cfg.batch):
+            for _, sequence, _, _ in steps.sample_spans(k):
+                where = sources.source_of(document_of(doc_idx, sequence))
+                if (where.source, where.doc) == (source, doc) and step not in found:
+                    found.append(step)
+    return found
+
+
+def test_a_planted_document_by_raw_line_hash_and_text(
+    tmp_path: Path,
+    model: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan = plan_for(tmp_path, shuffle=True, sequences=1)
+    plan_json = tmp_path / "plan.json"
+    write_json(plan_json, plan.to_dict())
+    plan_table.write(plan_table.tables(plan), plan_json)
+    name = plan.packs[1].name
+    prefix = tmp_path / "merged" / name / name
+    packer.write_pack(pack_spec(plan, 1, {}), prefix)
+    config = write_config(
+        tmp_path / f"{name}.yml",
+        model,
+        train_data_paths=[str(prefix)],
+        train_data_weights=[1.0],
+        train_iters=train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH),
+        iteration_offset=10,
+        save=str(tmp_path / "checkpoints"),
+    )
+    args = ("--config", str(config), "--plan", str(plan_json))
+    assert snakepack(["lineage", *args, "--doc", "en_a.jsonl:42"]) == 2  # tokenized before ledgers
+    assert "tokenized before tokenize wrote ledgers" in capsys.readouterr().err
+    write_ledgers(tmp_path)
+    sources = PackSources.of_plan(plan, name)
+
+    out = lineage(capsys, *args, "--steps", "11:12")
+    assert out["documents"]
+    for d in out["documents"]:
+        file, line = raw_of(d["source"], d["source_document"])
+        assert d["raw"] == (None if file is None else f"{file}:{line}")
+        assert d["hash"] == f"{text_hash(text_of(d['source'], d['source_document'])):016x}"
+
+    planted = next(
+        w for w in map(sources.source_of, range(sources.documents)) if w.source == "en_web_a" and w.doc >= 41
+    )
+    file, line = raw_of(planted.source, planted.doc)
+    expected = brute_force_steps(config, sources, prefix, planted.source, planted.doc)
+    assert expected
+    (tmp_path / "checkpoints" / f"global_step{expected[0]}").mkdir(parents=True)
+    text = text_of(planted.source, planted.doc)
+    for query in (["--doc", f"{file}:{line}"], ["--hash", f"{text_hash(text):016x}"], ["--text", text]):
+        (match,) = lineage(capsys, *args, *query)["matches"]
+        assert (match["source"], match["source_document"]) == (planted.source, planted.doc), query
+        assert match["raw"] == f"{file}:{line}"
+        (pack,) = match["packs"]
+        assert pack["steps"] == expected, query
+        assert pack["checkpoints"] == [f"global_step{expected[0]}"]
+    assert lineage(capsys, *args, "--doc", "en_a.jsonl:41")["matches"] == []  # the quarantined line
+    assert lineage(capsys, *args, "--text", "no such text")["matches"] == []
+    assert snakepack(["lineage", *args, "--hash", "xyz"]) == 2
