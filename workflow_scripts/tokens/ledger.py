@@ -20,6 +20,7 @@ leaves a gap in its file's lines).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ class LedgerBuilder:
         """Documents with their raw files and lines (None or -1: unknown) and hashes; array work per
         document, a loop per run."""
         n = len(sources)
+        if not len(lines) == len(hashes) == n:
+            raise ValueError(f"{n} raw files, {len(lines)} lines and {len(hashes)} hashes")
         self.hashes.append(np.asarray(hashes, np.uint64))
         if not n:
             return
@@ -157,13 +160,14 @@ class Position:
 
 
 class Ledger:
-    """A tokenized prefix's ledger (``Ledger.read``)."""
+    """A tokenized prefix's ledger (``Ledger.read``): its runs read at once, its hashes when first asked for
+    (a lookup by raw line reads no hash)."""
 
     def __init__(self, path: str, arrays: dict[str, np.ndarray]) -> None:
         self.path = path
         self.files = [str(f) for f in arrays["files"]]
         self.run_file, self.run_line = arrays["run_file"], arrays["run_line"]
-        self.run_docs, self.hashes = arrays["run_docs"], arrays["hashes"]
+        self.run_docs = arrays["run_docs"]
         self.run_first = np.concatenate([[0], np.cumsum(self.run_docs)]).astype(np.int64)
 
     @classmethod
@@ -175,7 +179,12 @@ class Ledger:
                 "tokenized before tokenize wrote ledgers; run the workflow again to re-tokenize it"
             )
         with np.load(path, allow_pickle=False) as npz:
-            return cls(path, {name: npz[name] for name in FIELDS})
+            return cls(path, {name: npz[name] for name in FIELDS if name != "hashes"})
+
+    @functools.cached_property
+    def hashes(self) -> np.ndarray:
+        with np.load(self.path, allow_pickle=False) as npz:
+            return npz["hashes"]
 
     @property
     def documents(self) -> int:
