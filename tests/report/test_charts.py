@@ -27,7 +27,7 @@ from workflow_scripts.report.charts import write_section
 CHARTS = {
     "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture", "checkpoints"],
     "data": ["funnel", "dedup_clusters", "dedup_removal", "doc_tokens", "quarantine"],
-    "training": ["loss", "speed", "timeline"],
+    "training": ["loss", "speed", "timeline", "consumption"],
 }
 
 

@@ -6,6 +6,6 @@ only by the report jobs (``snakepack report``), never while the Snakefile is par
 
 - ``build``: ``snakepack report SECTION``, one section's charts, tables and page;
 - ``plan``, ``data``, ``training``: the three sections' charts; ``charts``: a chart and its table, saved
-  with stable bytes;
+  with stable bytes; ``consumption``: what each checkpoint has read of each language and domain;
 - ``layout``: the charts' and files' names, for the rules (standard library only).
 """

@@ -68,8 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from workflow_scripts.core.train_layout import TrainLayout
         from workflow_scripts.report import training
 
-        files = TrainLayout(args.train_dir).records(args.checkpoints)
-        made = training.charts(files, Plan.read(args.plan) if args.plan else None, args.seconds_per_iter)
+        layout, plan = TrainLayout(args.train_dir), Plan.read(args.plan) if args.plan else None
+        packs = plan.packs if plan else ()
+        configs = [layout.config(p.name, ext) for p in packs for ext in (".yml", ".args")]
+        made = training.charts(
+            layout.records(args.checkpoints),
+            plan,
+            args.seconds_per_iter,
+            [c for c in configs if os.path.isfile(c)],
+        )
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")
     return 0

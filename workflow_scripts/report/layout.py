@@ -22,7 +22,7 @@ def chart_names(trainer_configs: bool, dedup: bool) -> dict[str, list[str]]:
             "doc_tokens",
             "quarantine",
         ],
-        "training": ["loss", "speed", "timeline"],
+        "training": ["loss", "speed", "timeline", "consumption"],
     }
 
 

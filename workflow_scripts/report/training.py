@@ -1,6 +1,6 @@
 """The training section, once training ran: train and validation loss on one global-iteration axis across
 segments and packs, measured s/iter against the plan's guess, and the segments' timeline (Slurm jobs,
-retries).
+retries), and how much of each language and domain each checkpoint has seen (``consumption``).
 
 Reads what the trainers leave under ``train/`` (the names are core/train_layout.py's): the Slurm segment
 records (pack, segment, first_step, last_step, iterations, slurm_job_id, nodelist, wall_seconds, s_per_iter,
@@ -21,7 +21,10 @@ import pandas as pd
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.datapacks.plan import Plan
+from workflow_scripts.report import consumption
 from workflow_scripts.report.charts import Chart, colors, figure, message_figure
+from workflow_scripts.train import checkpoint_dirs
+from workflow_scripts.train.reference.config import load_config
 
 SEGMENT_COLUMNS = [
     "pack",
@@ -207,8 +210,32 @@ def timeline_chart(segs: pd.DataFrame) -> Chart:
     return Chart("timeline", TITLES["timeline"], fig, table)
 
 
-def charts(paths: list[str], plan: Plan | None, seconds_per_iter: float | None) -> list[Chart]:
-    """The three training charts; each says so when the records do not have its numbers yet."""
+def consumption_chart(configs: list[str], plan: Plan | None) -> Chart:
+    """Each language and domain's share of its trainable tokens read by each saved checkpoint."""
+    if plan is None or not configs:
+        return _nothing("consumption", "no trainer config yet")
+    runs = [load_config([c]) for c in configs]
+    if any(r.trainer != "neox" for r in runs):
+        return _nothing("consumption", "the reading order is built for GPT-NeoX configs")
+    saved = sorted({s for r in runs if r.save for s in checkpoint_dirs.of(r.trainer).steps(r.save)})
+    if not saved:
+        return _nothing("consumption", "no checkpoint saved yet")
+    table = consumption.consumption(runs, plan, saved)
+    fig, (ax,) = figure(10, 4)
+    groups = list(dict.fromkeys(table["group"]))
+    for group, color in zip(groups, colors(len(groups)), strict=True):
+        rows = table[table["group"] == group]
+        ax.plot(rows["step"], rows["share"], marker="o", color=color, label=group)
+    ax.set_xlabel("global step (each point a saved checkpoint)")
+    ax.set_ylabel("share of the trainable tokens read (1 = one epoch)")
+    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    return Chart("consumption", TITLES["consumption"], fig, table)
+
+
+def charts(
+    paths: list[str], plan: Plan | None, seconds_per_iter: float | None, configs: list[str]
+) -> list[Chart]:
+    """The four training charts; each says so when the records do not have its numbers yet."""
     runs, curve = segments(paths), losses(paths)
     segs = runs[~runs["failed"].astype(bool)]
     offsets = {p.name: p.iteration_offset for p in plan.packs} if plan else {}
@@ -219,6 +246,7 @@ def charts(paths: list[str], plan: Plan | None, seconds_per_iter: float | None) 
         if segs["s_per_iter"].notna().any()
         else _nothing("speed", "no segment timed yet"),
         timeline_chart(runs) if len(runs) else _nothing("timeline", "no segment recorded yet"),
+        consumption_chart(configs, plan),
     ]
 
 
@@ -230,4 +258,5 @@ TITLES = {
     "loss": "Loss and validation loss across segments and packs",
     "speed": "Measured s/iter against the plan's guess",
     "timeline": "Segment timeline: Slurm jobs and retries",
+    "consumption": "What each checkpoint has seen of each language and domain",
 }
