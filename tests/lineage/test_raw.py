@@ -17,6 +17,7 @@ from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import packer, plan_table
 from workflow_scripts.datapacks.iterations import train_iters
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.specs import pack_spec
 from workflow_scripts.lineage.sources import PackSources, document_of
 from workflow_scripts.lineage.steps import StepMap
@@ -72,27 +73,34 @@ def brute_force_steps(config: Path, sources: PackSources, prefix: Path, source: 
     return found
 
 
+def pack_and_config(tmp: Path, tokenizer_model: Path) -> tuple[Plan, Path, Path]:
+    """``plan_for``'s second pack, written, and its GPT-NeoX config (from global step 11; checkpoints in
+    ``tmp/checkpoints``); the plan's JSON and table in ``tmp``."""
+    plan = plan_for(tmp, shuffle=True, sequences=1)
+    write_json(tmp / "plan.json", plan.to_dict())
+    plan_table.write(plan_table.tables(plan), tmp / "plan.json")
+    name = plan.packs[1].name
+    prefix = tmp / "merged" / name / name
+    packer.write_pack(pack_spec(plan, 1, {}), prefix)
+    config = write_config(
+        tmp / f"{name}.yml",
+        tokenizer_model,
+        train_data_paths=[str(prefix)],
+        train_data_weights=[1.0],
+        train_iters=train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH),
+        iteration_offset=10,
+        save=str(tmp / "checkpoints"),
+    )
+    return plan, prefix, config
+
+
 def test_a_planted_document_by_raw_line_hash_and_text(
     tmp_path: Path,
     model: Path,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    plan = plan_for(tmp_path, shuffle=True, sequences=1)
-    plan_json = tmp_path / "plan.json"
-    write_json(plan_json, plan.to_dict())
-    plan_table.write(plan_table.tables(plan), plan_json)
-    name = plan.packs[1].name
-    prefix = tmp_path / "merged" / name / name
-    packer.write_pack(pack_spec(plan, 1, {}), prefix)
-    config = write_config(
-        tmp_path / f"{name}.yml",
-        model,
-        train_data_paths=[str(prefix)],
-        train_data_weights=[1.0],
-        train_iters=train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH),
-        iteration_offset=10,
-        save=str(tmp_path / "checkpoints"),
-    )
+    plan, prefix, config = pack_and_config(tmp_path, model)
+    plan_json, name = tmp_path / "plan.json", prefix.name
     args = ("--config", str(config), "--plan", str(plan_json))
     assert snakepack(["lineage", *args, "--doc", "en_a.jsonl:42"]) == 2  # tokenized before ledgers
     assert "tokenized before tokenize wrote ledgers" in capsys.readouterr().err
@@ -124,3 +132,46 @@ def test_a_planted_document_by_raw_line_hash_and_text(
     assert lineage(capsys, *args, "--doc", "en_a.jsonl:41")["matches"] == []  # the quarantined line
     assert lineage(capsys, *args, "--text", "no such text")["matches"] == []
     assert snakepack(["lineage", *args, "--hash", "xyz"]) == 2
+
+
+def brute_force_read(config: Path, sources: PackSources, prefix: Path, last: int) -> set[tuple[str, int]]:
+    """The (source, document) pairs steps up to ``last`` read a token of, replayed sample by sample."""
+    cfg = load_config([str(config)])
+    steps, doc_idx = StepMap(cfg), IndexedDataset(prefix).doc_idx
+    read = set()
+    for k in range((last - cfg.offset) * cfg.batch):
+        for _, sequence, _, _ in steps.sample_spans(k):
+            where = sources.source_of(document_of(doc_idx, sequence))
+            read.add((where.source, where.doc))
+    return read
+
+
+def test_how_much_of_a_source_and_of_a_raw_file_each_checkpoint_read(
+    tmp_path: Path,
+    model: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan, prefix, config = pack_and_config(tmp_path, model)
+    write_ledgers(tmp_path)
+    args = ("--config", str(config), "--plan", str(tmp_path / "plan.json"))
+    cfg = load_config([str(config)])
+    marks = [cfg.offset + 2, (cfg.offset + cfg.end) // 2]
+    for step in marks:
+        (tmp_path / "checkpoints" / f"global_step{step}").mkdir(parents=True)
+    sources = PackSources.of_plan(plan, prefix.name)
+    held = {(w.source, w.doc) for w in map(sources.source_of, range(sources.documents))}
+    for query, wanted, total in (
+        (["--source", "de_web_a"], lambda s, d: s == "de_web_a", 40),
+        (["--file", "raw/en_a.jsonl"], lambda s, d: raw_of(s, d)[0] == "en_a.jsonl", 80),
+    ):
+        out = lineage(capsys, *args, *query)
+        (pack,) = out["packs"]
+        assert out["documents"] == total
+        assert pack["distinct"] == len({key for key in held if wanted(*key)})
+        assert pack["documents"] >= pack["distinct"] > 0, "a pack holds some of it (the German: twice)"
+        for got, last in zip([*pack["checkpoints"], pack["end"]], [*marks, cfg.end], strict=True):
+            expected = {key for key in brute_force_read(config, sources, prefix, last) if wanted(*key)}
+            assert got["step"] == last and got["read"] == len(expected), (query, last)
+            assert got["fraction"] == round(len(expected) / total, 6)
+        assert 0 < pack["checkpoints"][0]["read"] < pack["end"]["read"]
+    assert snakepack(["lineage", *args, "--source", "xx_none"]) == 2

@@ -5,6 +5,7 @@ sources' ledgers; writes nothing. Modules:
   trainer's sample order, inverted),
 - ``sources``: a pack's documents back to their tokenized sources, from the plan's rows,
 - ``query``: ``snakepack lineage`` (``--steps N:M``, ``--doc PATH:SEQ`` or ``FILE:LINE``,
-  ``--source-doc SOURCE:DOC``, ``--hash HEX``, ``--text TEXT``) over them and the tokenized sources'
-  ledgers (``tokens.ledger``: each document's raw file, line and content hash).
+  ``--source-doc SOURCE:DOC``, ``--hash HEX``, ``--text TEXT``, ``--source NAME``, ``--file PATH``) over
+  them and the tokenized sources' ledgers (``tokens.ledger``: each document's raw file, line and content
+  hash).
 """

@@ -9,6 +9,8 @@ Usage::
     snakepack lineage --config C --plan results/plan.json --doc vendor_0003.jsonl.gz:5521  # a raw line
     snakepack lineage --config C --plan results/plan.json --hash 3f2a...e1      # a document's content hash
     snakepack lineage --config C --plan results/plan.json --text "the document's text"
+    snakepack lineage --config C --plan results/plan.json --source en_web_news_split_0007   # how much read
+    snakepack lineage --config C --plan results/plan.json --file vendor_0003.jsonl.gz
 
 Each answer is JSON on standard output. ``--steps N:M`` (global steps, both included) lists every sequence
 read with its path, its number in that ``.idx``, the tokens read of it and an excerpt (its first tokens,
@@ -20,8 +22,12 @@ tokenized source, document and epoch it was read from (``sources``) and, from th
 that read it and the checkpoints in the config's ``save`` folder that have seen it (saved at or after its
 first step). ``--doc FILE:LINE`` (a raw file, by name, and its line), ``--hash HEX`` and ``--text TEXT``
 (whose hash is looked up) find the documents of the pack's sources in their ledgers, each answered as
-``--source-doc``. A source tokenized before ledgers were written is a clear error for these, and has
-``raw`` null in ``--steps``. The reading order is the trainer's (``steps``).
+``--source-doc``. ``--source NAME`` (a tokenized source) and ``--file PATH`` (a raw file, by name: its
+documents in every source's ledger) say how many of its documents the config's packs hold and how many the
+steps up to each checkpoint in ``save`` (and up to the pack's end) have read (a document counts once, at
+the first step that reads a token of it: ``StepMap.first_steps``). A source tokenized before
+ledgers were written is a clear error for the queries by raw file, hash or text, and has ``raw`` null in
+``--steps``. The reading order is the trainer's (``steps``).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+import numpy as np
 import orjson
 
 from workflow_scripts.core.cli import UserError
@@ -181,6 +188,56 @@ class Lineage:
             )
         return {"source": source, "source_document": doc, "packs": packs}
 
+    def consumed(self, query: dict[str, Any], picked: Any, total: int) -> dict[str, Any]:
+        """How many documents that ``picked(source, prefix, docs)`` (a mask of a plan row's source documents)
+        names the pack holds, and how many distinct ones it has read by each checkpoint of its steps and by
+        its end."""
+        layout = checkpoint_dirs.of(self.cfg.trainer)
+        saved = layout.steps(self.cfg.save) if self.cfg.save else []
+        marks = [(layout.tag(s), s) for s in saved if self.cfg.offset < s <= self.cfg.end]
+        names = {name: k for k, name in enumerate(sorted(self.source_prefixes()))}
+        packs = []
+        for path in range(len(self.cfg.train_paths)):
+            sources, starts = self.sources(path), np.asarray(self.doc_idx(path)[:-1], np.int64)
+            doc_step = np.minimum.reduceat(self.steps.first_steps(path), starts) if len(starts) else starts
+            keys, steps, base = [np.empty(0, np.int64)], [np.empty(0, np.int64)], 0
+            for k, row in enumerate(sources.rows):
+                docs = sources.row_documents(k)
+                mask = picked(row["source"], row["prefix"], docs)
+                keys.append((names[row["source"]] << 40) + docs[mask])
+                steps.append(doc_step[base : base + len(docs)][mask])
+                base += len(docs)
+            key, step = np.concatenate(keys), np.concatenate(steps)
+
+            def read(last: int, key: np.ndarray = key, step: np.ndarray = step) -> dict[str, Any]:
+                count = len(np.unique(key[step <= last]))
+                return {"read": count, "fraction": round(count / total, 6) if total else None}
+
+            packs.append(
+                {
+                    "path": self.cfg.train_paths[path],
+                    "documents": len(key),
+                    "distinct": len(np.unique(key)),
+                    "checkpoints": [{"checkpoint": tag, "step": s, **read(s)} for tag, s in marks],
+                    "end": {"step": self.cfg.end, **read(self.cfg.end)},
+                }
+            )
+        return {**query, "documents": total, "packs": packs}
+
+    def of_source(self, source: str) -> dict[str, Any]:
+        prefix = self.source_prefixes().get(source)
+        if prefix is None:
+            raise UserError(f"--source {source}: not a source of {self.cfg.path}'s packs in the plan")
+        total = IndexedDataset(prefix).num_documents
+        return self.consumed(
+            {"source": source}, lambda name, _, docs: np.full(len(docs), name == source), total
+        )
+
+    def of_file(self, file: str) -> dict[str, Any]:
+        found = {prefix: self.ledger(prefix).of_file(file) for prefix in self.source_prefixes().values()}
+        total = sum(len(docs) for docs in found.values())
+        return self.consumed({"file": file}, lambda _, prefix, docs: np.isin(docs, found[prefix]), total)
+
     def of_matches(self, query: dict[str, Any], find: Any) -> dict[str, Any]:
         """Each document of the pack's sources that ``find(ledger)`` names, answered as ``--source-doc``."""
         matches = []
@@ -200,13 +257,19 @@ def answer(args: argparse.Namespace) -> dict[str, Any]:
         where, number = parse_doc(args.doc, lineage.cfg.train_paths)
         if isinstance(where, int):
             return lineage.of_sequence(where, number)
-    given = [o for o in ("doc", "source_doc", "hash", "text") if getattr(args, o) is not None]
+    given = [
+        o for o in ("doc", "source_doc", "hash", "text", "source", "file") if getattr(args, o) is not None
+    ]
     option = "--" + given[0].replace("_", "-")
     if plan is None:
         raise UserError(f"{option} needs --plan (the plan's rows map sources to the packs)")
     if args.doc:
         query = {"file": where, "line": number}
         return lineage.of_matches(query, lambda ledger: ledger.at_line(str(where), number))
+    if args.source:
+        return lineage.of_source(args.source)
+    if args.file:
+        return lineage.of_file(args.file)
     if args.hash or args.text is not None:
         value = parse_hash(args.hash) if args.hash else text_hash(args.text)
         query = {"hash": f"{value:016x}"}
@@ -226,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--source-doc", help="SOURCE:DOC, a document of a tokenized source (with --plan)")
     what.add_argument("--hash", help="HEX, a document's content hash (with --plan)")
     what.add_argument("--text", help="TEXT, a document's whole text, found by its hash (with --plan)")
+    what.add_argument("--source", help="NAME, a tokenized source: how much of it was read (with --plan)")
+    what.add_argument("--file", help="PATH, a raw file: how much of it was read (with --plan)")
     args = parser.parse_args(argv)
     sys.stdout.buffer.write(orjson.dumps(answer(args), option=orjson.OPT_INDENT_2) + b"\n")
     return 0

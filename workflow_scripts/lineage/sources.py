@@ -75,6 +75,14 @@ class PackSources:
             f"pack {self.pack}: the plan's ranges of {row['source']} hold fewer documents than it says"
         )
 
+    def row_documents(self, k: int) -> np.ndarray:
+        """The source documents of row ``k``'s pack documents, in the pack's order (array arithmetic)."""
+        row = self.rows[k]
+        ranges = [np.arange(first, stop, dtype=np.int64) for _, first, stop in row["ranges"]]
+        positions = np.concatenate(ranges) if ranges else np.empty(0, np.int64)
+        order = self._order(row)
+        return positions if order is None else order[positions]
+
     def pack_documents(self, source: str, doc: int) -> list[int]:
         """The pack's documents that are document ``doc`` of ``source`` (one per epoch read in the pack)."""
         found = []

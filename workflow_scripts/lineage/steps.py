@@ -24,6 +24,8 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference.run_config import RunConfig
 
+NEVER = np.iinfo(np.int64).max  # the first step of a sequence no step of the pack reads
+
 
 @dataclass(frozen=True)
 class SequenceRead:
@@ -117,6 +119,25 @@ class StepMap:
             for path, doc, start, stop in self.sample_spans(k):
                 totals[path, doc] = totals.get((path, doc), 0) + stop - start
         return [SequenceRead(p, q, t) for (p, q), t in sorted(totals.items())]
+
+    def first_steps(self, path: int) -> np.ndarray:
+        """The global step that first reads each sequence of ``train_data_paths[path]`` (``NEVER``: none), for
+        all the path's sequences at once: array arithmetic over the mappings, no loop per sample."""
+        index, cfg = self.paths[path], self.cfg
+        samples = len(index.first) - 1
+        sample_step = np.full(samples, NEVER, dtype=np.int64)
+        read = min(len(index.blended), len(index.shuffle))
+        sample_step[index.shuffle[:read]] = cfg.offset + 1 + index.blended[:read] // cfg.batch
+        # sample i reads doc_idx positions first[i]..first[i + 1], the last one included unless k_bin_packed
+        counts = index.first[1:] - index.first[:-1] + (0 if index.k_bin else 1)
+        sample_of = np.repeat(np.arange(samples), counts)
+        run_starts = index.first[:-1] - np.cumsum(counts) + counts
+        positions = np.repeat(run_starts, counts) + np.arange(len(sample_of))
+        position_step = np.full(len(index.doc_idx), NEVER, dtype=np.int64)
+        np.minimum.at(position_step, positions, sample_step[sample_of])
+        sequence_step = np.full(len(index.lengths), NEVER, dtype=np.int64)
+        np.minimum.at(sequence_step, index.doc_idx, position_step)
+        return sequence_step
 
     def steps(self, path: int, sequence: int) -> list[int]:
         """The global steps that read sequence ``sequence`` of ``train_data_paths[path]``, ascending."""

@@ -212,6 +212,13 @@ class Ledger:
         )
         return [int(self.run_first[k] + line - self.run_line[k]) for k in runs]
 
+    def of_file(self, file: str) -> np.ndarray:
+        """The documents read from the raw file named ``file`` (or its base name), ascending."""
+        names = {file, os.path.basename(file)}
+        wanted = np.isin(self.run_file, [k for k, name in enumerate(self.files) if name in names])
+        runs = [np.arange(self.run_first[k], self.run_first[k + 1]) for k in np.flatnonzero(wanted)]
+        return np.concatenate(runs) if runs else np.empty(0, np.int64)
+
     def with_hash(self, value: int) -> list[int]:
         """The documents whose hash is ``value``."""
         return np.flatnonzero(self.hashes == np.uint64(value)).tolist()
