@@ -77,9 +77,9 @@ rule report_training:
         records=TRAIN_LAYOUT.stamps(CHECKPOINTS),
         seconds_per_iter=config["train"]["seconds_per_iter"],
     conda:
-        "../envs/report.yaml"
+        "../envs/train.yaml"  # the consumption chart reads the trainer configs (and their tokenizers)
     shell:
-        "python -m workflow_scripts report training --train-dir {params.train_dir:q} --checkpoints {params.checkpoints:q}"
+        "python -m workflow_scripts report-training --train-dir {params.train_dir:q} --checkpoints {params.checkpoints:q}"
         " --plan {input.plan:q}"
         " --seconds-per-iter {params.seconds_per_iter} --captions {input.captions:q} --out-dir {params.out_dir:q}"
         " > {log:q} 2>&1"

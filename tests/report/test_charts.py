@@ -107,7 +107,7 @@ def test_charts_are_byte_stable(sample_run: Workflow, tmp_path: Path) -> None:
 def test_training_charts_read_the_records(sample_run: Workflow, tmp_path: Path) -> None:
     plan_path = sample_run.root / "results" / "plan.json"
     plan = read_json(plan_path)
-    args = ["report", "training", "--plan", str(plan_path), "--seconds-per-iter", "2"]
+    args = ["report-training", "--plan", str(plan_path), "--seconds-per-iter", "2"]
     assert (
         snakepack([*args, "--train-dir", str(tmp_path / "none"), "--out-dir", str(tmp_path / "empty")]) == 0
     )

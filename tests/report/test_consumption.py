@@ -104,7 +104,7 @@ def test_the_training_report_draws_it_from_the_packs_configs_and_checkpoints(
             save=str(save),
         )
         offset += iters
-    args = ["report", "training", "--plan", str(plan_json), "--train-dir", layout.root]
+    args = ["report-training", "--plan", str(plan_json), "--train-dir", layout.root]
     assert snakepack([*args, "--out-dir", str(tmp_path / "none")]) == 0
     assert not (tmp_path / "none" / "consumption.csv").read_text().strip(' "\n')  # no checkpoint yet
     for step in (3, offset):

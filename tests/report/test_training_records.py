@@ -11,7 +11,7 @@ import pandas as pd
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.report import build
+from workflow_scripts.report import training
 
 
 def test_the_reference_trainer_s_records_beside_a_custom_checkpoint_folder(tmp_path: Path) -> None:
@@ -36,8 +36,8 @@ def test_the_reference_trainer_s_records_beside_a_custom_checkpoint_folder(tmp_p
     assert str(ours[0]) in layout.stamps(str(checkpoints))  # the report rule's trigger sees them too
 
     out = tmp_path / "report"
-    args = ["training", "--train-dir", str(train), "--checkpoints", str(checkpoints), "--out-dir", str(out)]
-    assert build.main(args) == 0
+    args = ["--train-dir", str(train), "--checkpoints", str(checkpoints), "--out-dir", str(out)]
+    assert training.main(args) == 0
     loss = pd.read_csv(out / "loss.csv")
     assert loss[loss["kind"] == "train"]["iteration"].tolist() == list(range(1, 11))
     assert loss[loss["kind"] == "validation"]["loss"].tolist() == [4.5]

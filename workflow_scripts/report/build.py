@@ -1,5 +1,6 @@
-"""``snakepack report SECTION``: one section of the HTML report (plan, data or training) as charts (PNG),
-their tables (CSV) and a self-contained page (``index.html``) in ``--out-dir``.
+"""``snakepack report SECTION``: one section of the HTML report (plan or data) as charts (PNG), their tables
+(CSV) and a self-contained page (``index.html``) in ``--out-dir``; the training section is ``snakepack
+report-training`` (``training``: it reads the trainer configs, in the train stage's environment).
 
 Usage::
 
@@ -7,7 +8,6 @@ Usage::
         --captions report/plan/*.rst --out-dir results/report/plan
     snakepack report data --ingest shards/stats.json [--dedup dedup/stats.json --dedup-report R] \\
         --tokenize tokenized/stats.json --signature tokenized/signature.json --plan plan.json ...
-    snakepack report training --train-dir results/train [--plan plan.json] [--seconds-per-iter S] ...
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.datapacks.plan import Plan
 
-TITLES = {"plan": "Plan", "data": "Data", "training": "Training"}
+TITLES = {"plan": "Plan", "data": "Data"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,14 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
     data = sections.add_parser("data", parents=[common], help="funnel, dedup, document lengths, quarantine")
     for stage in ("ingest", "dedup", "dedup-report", "tokenize", "signature", "plan"):
         data.add_argument(f"--{stage}", help=f"the {stage} JSON (left out: its charts are left out)")
-    training = sections.add_parser("training", parents=[common], help="loss, s/iter, segment timeline")
-    training.add_argument("--train-dir", required=True, help="the train stage's folder")
-    training.add_argument(
-        "--checkpoints",
-        help="the run's checkpoint folder (train.checkpoints_dir; default: the train folder's)",
-    )
-    training.add_argument("--plan")
-    training.add_argument("--seconds-per-iter", type=float, help="the plan's s/iter guess")
     return parser
 
 
@@ -58,24 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         mixtures = {os.path.basename(m).removesuffix(".json"): read_json(m) for m in args.mixtures}
         configs = pd.read_csv(args.configs) if args.configs else None
         made = plan.charts(Plan.read(args.plan), mixtures, configs)
-    elif args.section == "data":
+    else:
         from workflow_scripts.report import data
 
         made = data.charts(
             args.ingest, args.dedup, args.dedup_report, args.tokenize, args.signature, args.plan
-        )
-    else:
-        from workflow_scripts.core.train_layout import TrainLayout
-        from workflow_scripts.report import training
-
-        layout, plan = TrainLayout(args.train_dir), Plan.read(args.plan) if args.plan else None
-        packs = plan.packs if plan else ()
-        configs = [layout.config(p.name, ext) for p in packs for ext in (".yml", ".args")]
-        made = training.charts(
-            layout.records(args.checkpoints),
-            plan,
-            args.seconds_per_iter,
-            [c for c in configs if os.path.isfile(c)],
         )
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")

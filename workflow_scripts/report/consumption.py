@@ -5,7 +5,7 @@ order (``lineage.steps.StepMap``, GPT-NeoX's index mappings and blend for the pa
 then count for the language and domain of the source it came from (the plan's rows,
 ``lineage.sources.PackSources``). The share is over the tokens the plan can train from (``available``:
 held-out documents excluded), so 1.0 is one epoch and an upsampled source passes it. Every sample's
-reads are computed with array arithmetic over the mappings (no loop per sample).
+reads are computed with array arithmetic over the mappings (``StepMap.first_steps``: no loop per sample).
 """
 
 from __future__ import annotations
@@ -22,26 +22,6 @@ from workflow_scripts.lineage.sources import PackSources
 from workflow_scripts.lineage.steps import StepMap
 from workflow_scripts.train.reference.run_config import RunConfig
 
-NEVER = np.iinfo(np.int64).max  # a sequence no step of the pack reads
-
-
-def first_steps(steps: StepMap, path: int) -> np.ndarray:
-    """The global step that first reads each sequence of ``train_data_paths[path]`` (``NEVER``: none)."""
-    index, cfg = steps.paths[path], steps.cfg
-    samples = len(index.first) - 1
-    sample_step = np.full(samples, NEVER, dtype=np.int64)
-    read = min(len(index.blended), len(index.shuffle))
-    sample_step[index.shuffle[:read]] = cfg.offset + 1 + index.blended[:read] // cfg.batch
-    # sample i reads doc_idx positions first[i]..first[i + 1], the last one included unless k_bin_packed
-    counts = index.first[1:] - index.first[:-1] + (0 if index.k_bin else 1)
-    sample_of = np.repeat(np.arange(samples), counts)
-    positions = np.repeat(index.first[:-1] - np.cumsum(counts) + counts, counts) + np.arange(len(sample_of))
-    position_step = np.full(len(index.doc_idx), NEVER, dtype=np.int64)
-    np.minimum.at(position_step, positions, sample_step[sample_of])
-    sequence_step = np.full(len(index.lengths), NEVER, dtype=np.int64)
-    np.minimum.at(sequence_step, index.doc_idx, position_step)
-    return sequence_step
-
 
 def pack_reads(cfg: RunConfig, plan: Plan) -> pd.DataFrame:
     """One row per document of the config's packs: its first global ``step``, ``tokens``, ``lang`` and
@@ -50,7 +30,7 @@ def pack_reads(cfg: RunConfig, plan: Plan) -> pd.DataFrame:
     for path, prefix in enumerate(cfg.train_paths):
         dataset = IndexedDataset(prefix)
         starts = np.asarray(dataset.doc_idx[:-1], dtype=np.int64)
-        sequence_step = first_steps(steps, path)
+        sequence_step = steps.first_steps(path)
         lengths = np.asarray(dataset.lengths, dtype=np.int64)
         rows = PackSources.of_plan(plan, prefix.rsplit("/", 1)[-1]).rows
         row_of = np.repeat(np.arange(len(rows)), [r["documents"] for r in rows])

@@ -8,21 +8,36 @@ train_loss, valid_loss, exit, retries), the runs that wrote no record (the attem
 segments' curve (``loss.csv``: every iteration's loss, killed attempts' included; ``evals.csv``: each
 checkpoint's validation loss), and the reference trainer's own curves, evaluations and segment records.
 Missing files leave their chart out.
+
+Usage (the report's training section, in ``--out-dir`` as ``snakepack report`` writes the others)::
+
+    snakepack report-training --train-dir results/train [--checkpoints DIR] [--plan plan.json] \
+        [--seconds-per-iter S] [--captions report/training/*.rst] --out-dir results/report/training
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
+from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.report import consumption
-from workflow_scripts.report.charts import Chart, colors, figure, message_figure
+from workflow_scripts.report.charts import (
+    Chart,
+    colors,
+    figure,
+    message_figure,
+    read_captions,
+    write_section,
+)
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference.config import load_config
 
@@ -260,3 +275,28 @@ TITLES = {
     "timeline": "Segment timeline: Slurm jobs and retries",
     "consumption": "What each checkpoint has seen of each language and domain",
 }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The report's training section: charts, tables, a page.")
+    parser.add_argument("--out-dir", required=True, help="where the charts, tables and index.html go")
+    parser.add_argument("--captions", nargs="*", default=[], help="one-line caption files, {chart}.rst")
+    parser.add_argument("--train-dir", required=True, help="the train stage's folder")
+    parser.add_argument(
+        "--checkpoints", help="the run's checkpoints (train.checkpoints_dir; default: the train folder's)"
+    )
+    parser.add_argument("--plan")
+    parser.add_argument("--seconds-per-iter", type=float, help="the plan's s/iter guess")
+    args = parser.parse_args(argv)
+    layout, plan = TrainLayout(args.train_dir), Plan.read(args.plan) if args.plan else None
+    packs = plan.packs if plan else ()
+    configs = [layout.config(p.name, ext) for p in packs for ext in (".yml", ".args")]
+    made = charts(
+        layout.records(args.checkpoints),
+        plan,
+        args.seconds_per_iter,
+        [c for c in configs if os.path.isfile(c)],
+    )
+    write_section(args.out_dir, "Training", made, read_captions(args.captions))
+    print(f"Training: {', '.join(c.name for c in made)} -> {args.out_dir}")
+    return 0
