@@ -197,3 +197,20 @@ def test_a_checkpoint_past_a_packs_first_step_marks_it_started(tmp_path: Path) -
     (checkpoints / "global_step31").mkdir()
     found = started.marker(layout, "main_1", started.latest_step(str(checkpoints), "neox"))
     assert found == "checkpoint step 31 is past its first step 30"
+
+
+def test_a_started_pack_whose_trainer_keys_would_change_is_refused(tmp_path: Path) -> None:
+    plan = Plan.read(plan_command(tmp_path, {"lang_prob": {"en": 0.6, "de": 0.4}}))
+    main_1 = plan.packs[1]
+    values = {"train_iters": main_1.train_iters + 1, "iteration_offset": main_1.iteration_offset}
+    values |= {"seq_length": 16, "train_batch_size": 2}
+    keys = {"set": {k: {"value": v} for k, v in values.items()}}
+    write_json(TrainLayout(str(tmp_path / "train")).keys("main_1"), keys)
+    write_json(tmp_path / "train" / "main_1" / "segments" / "1.json", {"pack": "main_1"})
+    with pytest.raises(
+        PlanError, match=rf"pack main_1 .* train_iters {main_1.train_iters + 1} -> {main_1.train_iters}"
+    ):
+        plan_command(tmp_path, {"lang_prob": {"en": 0.2, "de": 0.8}})
+    keys["set"]["train_iters"]["value"] = main_1.train_iters
+    write_json(TrainLayout(str(tmp_path / "train")).keys("main_1"), keys)
+    plan_command(tmp_path, {"lang_prob": {"en": 0.2, "de": 0.8}})

@@ -12,6 +12,7 @@ import orjson
 import pytest
 import yaml
 
+from tests.report.conftest import write_training_records
 from tests.utils import REPO, Workflow
 from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.plan import Plan
@@ -171,13 +172,49 @@ def test_changed_raw_file_reruns_its_group_only(clone: Workflow) -> None:
 
 
 def test_mixture_change_replans_and_reslices_only(clone: Workflow) -> None:
-    mixtures = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["mixtures"]
-    mixtures["main"]["lang_prob"]["en"] = 0.8  # a user's mixtures replace the sample's: give them all
-    (clone.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": mixtures}))
-    kinds = rerun(clone, "mix.yaml")
+    kinds = rerun(clone, mixture_change(clone))
     assert set(kinds) == {"plan.json", "datapacks", "merged", "train"}
     assert "main_1" in kinds["merged"]
     assert kinds["merged"] == kinds["datapacks"], "the packs whose spec changed are written again, only they"
+
+
+def mixture_change(wf: Workflow) -> str:
+    """A config file giving English a probability of 0.8 in the main mixture; its name."""
+    mixtures = yaml.safe_load((REPO / "config" / "sample.yaml").read_text())["mixtures"]
+    mixtures["main"]["lang_prob"]["en"] = 0.8  # a user's mixtures replace the sample's: give them all
+    (wf.root / "mix.yaml").write_text(yaml.safe_dump({"mixtures": mixtures}))
+    return "mix.yaml"
+
+
+def test_a_remix_after_two_packs_started_replans_only_the_others(clone: Workflow) -> None:
+    results = clone.root / "results"
+    plan = Plan.read(results / "plan.json")
+    started = {p.name for p in plan.packs[:2]}
+    # the segment records the chain leaves after training them (no trainer needed: the plan reads no more)
+    write_training_records(results / "train", orjson.loads((results / "plan.json").read_bytes()))
+    kinds = rerun(clone, mixture_change(clone))
+    assert kinds["datapacks"] == kinds["merged"] and kinds["merged"], "the others are planned again"
+    assert not kinds["merged"] & started, "the started packs' specs and bins stay as they were"
+    after = Plan.read(results / "plan.json")
+    for name in started:
+        assert plan_table.pack_rows(after, name) == plan_table.pack_rows(plan, name)
+    assert [(p.train_iters, p.iteration_offset) for p in after.packs[:2]] == [
+        (p.train_iters, p.iteration_offset) for p in plan.packs[:2]
+    ]
+    audit = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts", "audit-packs", "--plan", "results/plan.json"],
+        cwd=clone.root,
+        capture_output=True,
+        text=True,
+    )
+    assert audit.returncode == 0 and orjson.loads(audit.stdout)["ok"], audit.stdout[-2000:]
+    (clone.root / "size.yaml").write_text(yaml.safe_dump({"datapacks": {"max_iters_per_pack": 20}}))
+    refused = clone.run(*RUN, *CONFIG, "mix.yaml", "size.yaml")
+    assert refused.returncode != 0
+    assert "pack main_1 has started training" in refused.output and "replan_started" in refused.output
+    forced = {"datapacks": {"max_iters_per_pack": 20, "replan_started": True}}
+    (clone.root / "size.yaml").write_text(yaml.safe_dump(forced))
+    assert "main_1" in rerun(clone, "mix.yaml", "size.yaml")["merged"], "forced: planned again"
 
 
 def test_min_tokens_change_retokenizes_but_keeps_identical_packs(clone: Workflow) -> None:

@@ -79,8 +79,9 @@ def check(
     start_offset: int,
 ) -> None:
     """Refuse (``Kept.refusal``) a plan that changes a kept pack's spec on disk, beyond the cursors of
-    sources it does not read (added or removed), or the keys its trainer config has (its keys file's, when
-    it has one; ``start_offset``: the run's first step)."""
+    sources it does not read (added or removed), or its iterations, offset, sequence length or batch size
+    as its trainer config has them (its keys file's, when it has one; ``start_offset``: the run's first
+    step)."""
     identities = {e["prefix"]: e.get("identity") for e in signature}
     layout = TrainLayout(train_dir)
     for index, pack in enumerate(kept):
@@ -101,8 +102,7 @@ def check(
             "iteration_offset": start_offset + summary.iteration_offset,
             "seq_length": plan.seq_length,
             "train_batch_size": plan.global_batch_size,
-            "train_data_paths": [summary.merged_prefix],
-        }
+        }  # its data: the spec (its absolute path is the machine's)
         if "pack_impl" in have:  # SFT: its train_iters count bins (train/sft.py), not the plan's
             del want["train_iters"]
         keys = [k for k, v in want.items() if have.get(k, {}).get("value") != v]
