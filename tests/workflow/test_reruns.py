@@ -195,6 +195,7 @@ def test_a_remix_after_two_packs_started_replans_only_the_others(clone: Workflow
     kinds = rerun(clone, mixture_change(clone))
     assert kinds["datapacks"] == kinds["merged"] and kinds["merged"], "the others are planned again"
     assert not kinds["merged"] & started, "the started packs' specs and bins stay as they were"
+    assert kinds["train"] and not kinds["train"] & started, "their trainer configs too"
     after = Plan.read(results / "plan.json")
     for name in started:
         assert plan_table.pack_rows(after, name) == plan_table.pack_rows(plan, name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,15 @@ def marker(layout: TrainLayout, pack: str, latest: int | None) -> str | None:
         if latest > offset:
             return f"checkpoint step {latest} is past its first step {offset}"
     return None
+
+
+def plan_input(
+    plan_json: str, layout: TrainLayout, pack: str, checkpoints: str, trainer: str, keep: Callable[[str], Any]
+) -> Any:
+    """The plan as a pack's trainer config reads it: ``plan_json``, through ``keep`` (the rules'
+    ``ancient()``) once the pack has started training, so that a new plan, which keeps the pack, leaves its
+    config and its segments alone."""
+    return keep(plan_json) if marker(layout, pack, latest_step(checkpoints, trainer)) else plan_json
 
 
 def kept_packs(specs_dir: str, train_dir: str, checkpoints: str, trainer: str) -> list[Kept]:
