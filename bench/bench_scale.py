@@ -62,6 +62,7 @@ import snakemake_jobs
 import yaml
 
 from workflow_scripts.core.indexed_dataset import IndexedDatasetBuilder
+from workflow_scripts.tokens import ledger
 
 GROUPS = [
     ("en", "news"),
@@ -194,6 +195,8 @@ def finish_per_shard_steps(root: Path, lengths: np.ndarray | None = None) -> Non
         stage += [Path(f"{prefix}.bin"), Path(f"{prefix}.idx")]
         stage += [write(Path(f"{prefix}.stats.json"), orjson.dumps(stats))]
         stage += [write(Path(f"{prefix}.quarantine.jsonl"))]
+        ledger.write_unknown(str(prefix), len(lens))  # lineage's: no raw file written here to point to
+        stage += [Path(f"{prefix}.ledger.npz")]
     touch_all([*stage, *batch_records(tok, bench / "tokenize", stems)], now + 50)
     touch_all(shards, now - 10)
     print(f"  wrote the per-shard outputs of {len(stems)} shards in {len(groups)} groups", flush=True)
@@ -376,7 +379,7 @@ PEAK_GOAL_MIB = 2048.0
 # What a tree finished up to tokenize holds: results/ (its benchmarks/) entries and tokenized files.
 UP_TO_TOKENIZE = {"shards", "dedup", "tokenizer", "tokenized", "benchmarks"}
 UP_TO_TOKENIZE_BENCH = {"ingest", "dedup", "tokenizer", "tokenize"}
-TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl")
+TOKENIZED_EXTS = (".bin", ".idx", ".stats.json", ".quarantine.jsonl", ".ledger.npz")
 # The rules up to tokenize: none of them may run in the timed chain.
 BEFORE = re.compile(
     r"ingest|ingest_stats|dedup_\w+|corpus_list|train_(hf_)?tokenizer|tokenize|import_tokenized"
