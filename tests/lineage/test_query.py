@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.datapacks.test_packer import plan_for
+from tests.lineage.packs import trained_pack, write_plan
 from tests.train.conftest import model  # noqa: F401 (a fixture)
-from tests.train.reference.conftest import BATCH, SEQ, write_config
 from workflow_scripts.cli import main as snakepack
-from workflow_scripts.core.fsio import write_json
-from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import packer, plan_table
-from workflow_scripts.datapacks.iterations import train_iters
-from workflow_scripts.datapacks.specs import pack_spec
 from workflow_scripts.lineage.sources import PackSources
 from workflow_scripts.lineage.steps import StepMap
 from workflow_scripts.train.reference.config import load_config
@@ -35,22 +30,9 @@ def test_steps_and_source_documents_through_the_plan(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     plan = plan_for(tmp_path, shuffle=True, sequences=1)
-    plan_json = tmp_path / "plan.json"
-    write_json(plan_json, plan.to_dict())
-    plan_table.write(plan_table.tables(plan), plan_json)
+    plan_json = write_plan(plan, tmp_path / "plan.json")
     name = plan.packs[1].name
-    prefix = tmp_path / "merged" / name / name
-    packer.write_pack(pack_spec(plan, 1, {}), prefix)
-    iters = train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH)
-    config = write_config(
-        tmp_path / f"{name}.yml",
-        model,
-        train_data_paths=[str(prefix)],
-        train_data_weights=[1.0],
-        train_iters=iters,
-        iteration_offset=10,
-        save=str(tmp_path / "checkpoints"),
-    )
+    prefix, config, _ = trained_pack(plan, 1, model, tmp_path, 10, save=tmp_path / "checkpoints")
     args = ("--config", str(config), "--plan", str(plan_json))
     sources = PackSources.of_plan(plan, name)
     out = lineage(capsys, *args, "--steps", "11:12")

@@ -10,15 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.datapacks.test_packer import plan_for
+from tests.lineage.packs import trained_pack, write_plan
 from tests.train.conftest import model  # noqa: F401 (a fixture)
-from tests.train.reference.conftest import BATCH, SEQ, write_config
 from workflow_scripts.cli import main as snakepack
-from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import packer, plan_table
-from workflow_scripts.datapacks.iterations import train_iters
 from workflow_scripts.datapacks.plan import Plan
-from workflow_scripts.datapacks.specs import pack_spec
 from workflow_scripts.lineage.sources import PackSources, document_of
 from workflow_scripts.lineage.steps import StepMap
 from workflow_scripts.tokens.ledger import LedgerBuilder, text_hash
@@ -77,20 +73,8 @@ def pack_and_config(tmp: Path, tokenizer_model: Path) -> tuple[Plan, Path, Path]
     """``plan_for``'s second pack, written, and its GPT-NeoX config (from global step 11; checkpoints in
     ``tmp/checkpoints``); the plan's JSON and table in ``tmp``."""
     plan = plan_for(tmp, shuffle=True, sequences=1)
-    write_json(tmp / "plan.json", plan.to_dict())
-    plan_table.write(plan_table.tables(plan), tmp / "plan.json")
-    name = plan.packs[1].name
-    prefix = tmp / "merged" / name / name
-    packer.write_pack(pack_spec(plan, 1, {}), prefix)
-    config = write_config(
-        tmp / f"{name}.yml",
-        tokenizer_model,
-        train_data_paths=[str(prefix)],
-        train_data_weights=[1.0],
-        train_iters=train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH),
-        iteration_offset=10,
-        save=str(tmp / "checkpoints"),
-    )
+    write_plan(plan, tmp / "plan.json")
+    prefix, config, _ = trained_pack(plan, 1, tokenizer_model, tmp, 10, save=tmp / "checkpoints")
     return plan, prefix, config
 
 

@@ -10,15 +10,11 @@ import pandas as pd
 import pytest
 
 from tests.datapacks.test_packer import plan_for
+from tests.lineage.packs import trained_pack, write_plan
 from tests.train.conftest import model  # noqa: F401 (a fixture)
-from tests.train.reference.conftest import BATCH, SEQ, write_config
 from workflow_scripts.cli import main as snakepack
-from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.datapacks import packer, plan_table
-from workflow_scripts.datapacks.iterations import train_iters
-from workflow_scripts.datapacks.specs import pack_spec
 from workflow_scripts.lineage.sources import PackSources, document_of
 from workflow_scripts.lineage.steps import StepMap
 from workflow_scripts.report.consumption import consumption
@@ -36,19 +32,9 @@ def test_each_checkpoint_counts_what_its_steps_read(
 ) -> None:
     plan = plan_for(tmp_path, shuffle=shuffle, sequences=sequences)
     configs, offset = [], 0
-    for i, pack in enumerate(plan.packs):
-        prefix = tmp_path / "merged" / pack.name / pack.name
-        packer.write_pack(pack_spec(plan, i, {}), prefix)
-        iters = train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH)
-        path = write_config(
-            tmp_path / f"{pack.name}.yml",
-            model,
-            train_data_paths=[str(prefix)],
-            train_data_weights=[1.0],
-            train_iters=iters,
-            iteration_offset=offset,
-        )
-        configs.append(load_config([str(path)]))
+    for i in range(len(plan.packs)):
+        _, config, iters = trained_pack(plan, i, model, tmp_path, offset)
+        configs.append(load_config([str(config)]))
         offset += iters
     checkpoints = [1, configs[0].end - 1, configs[0].end, configs[0].end + 2, offset]
     got = consumption(configs, plan, checkpoints).set_index(["step", "group"])
@@ -84,26 +70,11 @@ def test_the_training_report_draws_it_from_the_packs_configs_and_checkpoints(
     model: Path,  # noqa: F811
 ) -> None:
     plan = plan_for(tmp_path, shuffle=False)
-    plan_json = tmp_path / "plan.json"
-    write_json(plan_json, plan.to_dict())
-    plan_table.write(plan_table.tables(plan), plan_json)
+    plan_json = write_plan(plan, tmp_path / "plan.json")
     layout, save, offset = TrainLayout(str(tmp_path / "train")), tmp_path / "checkpoints", 0
     for i, pack in enumerate(plan.packs[:2]):
-        prefix = tmp_path / "merged" / pack.name / pack.name
-        packer.write_pack(pack_spec(plan, i, {}), prefix)
-        iters = train_iters(IndexedDataset(prefix).num_tokens, SEQ, BATCH)
         config = Path(layout.config(pack.name, ".yml"))
-        config.parent.mkdir(parents=True)
-        write_config(
-            config,
-            model,
-            train_data_paths=[str(prefix)],
-            train_data_weights=[1.0],
-            train_iters=iters,
-            iteration_offset=offset,
-            save=str(save),
-        )
-        offset += iters
+        offset += trained_pack(plan, i, model, tmp_path, offset, config, save)[2]
     args = ["report-training", "--plan", str(plan_json), "--train-dir", layout.root]
     assert snakepack([*args, "--out-dir", str(tmp_path / "none")]) == 0
     assert not (tmp_path / "none" / "consumption.csv").read_text().strip(' "\n')  # no checkpoint yet
