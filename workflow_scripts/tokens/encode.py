@@ -44,10 +44,12 @@ library), each releasing the GIL; the stats' ``fast_encode`` gives the engine an
 to its library or the memo's hit rate and size. The loop talks to the encoder only through
 ``engines.base.Encoder``: it reads the UTF-8 bytes the encoder asks for (``reads_utf8``), encodes
 ``concurrent_calls`` batches at once (fastokens encodes a call on one thread, so ``workers`` encoder threads
-each encode a batch), and in its main thread finishes each batch (``Encoder.finish``: a byte-level engine's
-ids checked for the documents it may read differently) and puts the post-processor's tokens around each
-document's with BOS and EOD in one compiled pass (``framing.frame``). A byte-level engine's build starts from
-the tokenizer.json before the ``tokenizers`` library reads it (``choose.prebuild``). Memory is bounded by
+each encode a batch; a plain file of fewer batches than that gets an encoder of as many threads as it has
+batches: a small shard's gigatoken then takes its one-thread path), and in its main thread finishes each
+batch (``Encoder.finish``: a byte-level engine's ids checked for the documents it may read differently) and
+puts the post-processor's tokens around each document's with BOS and EOD in one compiled pass
+(``framing.frame``). A byte-level engine's build starts from the tokenizer.json before the ``tokenizers``
+library reads it (``choose.prebuild``). Memory is bounded by
 ``4 + encoder threads`` batches (one being read, two read ahead, one in each encoder thread, one being
 written; while the encoder starts, the reader may read up to 64 MB of text ahead) plus the index arrays (12
 bytes per document), whatever the shard size (and by ``--memo-entries`` on the fast path). The library
@@ -150,6 +152,9 @@ def tokenize_file(
         open(quarantine_tmp, "wb") as quarantine,
     ):
         encoder = choose.choose(tokenizer, options)
+        batches = -(-os.path.getsize(input_path) // batch_bytes) if plain else None
+        if batches is not None and encoder.concurrent_calls > max(batches, 1):  # a thread a batch: no more
+            encoder = choose.choose(tokenizer, dataclasses.replace(options, threads=max(batches, 1)))
         bos = [] if settings.bos_id is None else [settings.bos_id]
         eod = [] if settings.eod_id is None else [settings.eod_id]
         reading = read_batches(input_path, settings, batch_bytes, encoder.reads_utf8)

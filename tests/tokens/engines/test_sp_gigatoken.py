@@ -240,3 +240,43 @@ def test_one_thread_encodes_each_text_alone_without_awkward(tmp_path: Path) -> N
         [sys.executable, "-c", ONE_THREAD, str(path)], capture_output=True, text=True, env=env, check=False
     )
     assert run.returncode == 0 and run.stdout.split() == ["False"], run.stderr
+
+
+SMALL_SHARD = """
+import sys
+from workflow_scripts.tokens import encode
+from workflow_scripts.tokens.engines.sp_tokenizer import SentencePieceTokenizer
+from workflow_scripts.tokens.framing import resolve_settings
+tokenizer = SentencePieceTokenizer(sys.argv[1])
+settings = resolve_settings(tokenizer, eod="auto")
+encode.tokenize_file(sys.argv[2], sys.argv[3], tokenizer, settings, workers=2, batch_bytes=int(sys.argv[4]))
+print("awkward" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("batch_bytes", "imported"), [(1 << 20, "False"), (200, "True")])
+def test_a_shard_of_one_batch_is_encoded_on_one_thread(
+    tmp_path: Path, batch_bytes: int, imported: str
+) -> None:
+    """Two threads encode two batches at once: a shard that is one batch takes the one-thread path (no
+    awkward import, 0.15 CPU seconds of a small shard's job) and the same bytes; one of several keeps both."""
+    path = tmp_path / "m.model"
+    path.write_bytes(train(**ours("bpe")))
+    shard = write_jsonl(tmp_path / "s.jsonl", [{"text": t} for t in texts(7)[:40]])
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    outputs = []
+    for run_in in ("a", "b"):
+        out = tmp_path / run_in / "out"
+        out.parent.mkdir()
+        size = str(batch_bytes if run_in == "a" else 1 << 20)
+        run = subprocess.run(
+            [sys.executable, "-c", SMALL_SHARD, str(path), str(shard), str(out), size],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        outputs.append((run.stdout.split(), (tmp_path / run_in / "out_text_document.bin").read_bytes()))
+    assert outputs[0][0] == [imported] and outputs[1][0] == ["False"]
+    assert outputs[0][1] == outputs[1][1]
