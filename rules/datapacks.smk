@@ -29,6 +29,8 @@ checkpoint plan:
     input:
         signature=f"{TOK}/signature.json",
         links=f"{TOK}/counted",
+        # datapacks.exclude given as a file listing the documents: a change of it plans again
+        exclude=lambda wildcards: [x] if isinstance(x := config["datapacks"].get("exclude"), str) else [],
     output:
         json=f"{OUT}/plan.json",
         # its table, beside it (workflow_scripts/datapacks/plan_table.py)

@@ -12,9 +12,12 @@ source's reading order), per source, in pack order:
   epoch at the end of the documents training may read, and it ends at the cursor it states;
 - the documents held out for validation (the last ones of the reading order, in epoch 0) are read by no
   training pack, and by their validation pack once;
+- documents taken out (the plan's ``excluded``: their places) may be skipped: a gap of them between ranges
+  or slices is no gap (the started packs before the exclusion read them);
 - so with the source's last cursor at epoch ``E``, document ``D``, its documents before ``D`` were read
-  ``E + 1`` times and the others ``E`` times (0: not reached yet); the tokens the slices took add up to the
-  source's ``taken``, the held-out ones to its ``held_out``, and its ``epochs`` is ``E + D / documents``.
+  ``E + 1`` times and the others ``E`` times (0: not reached yet), the excluded ones counted apart; the
+  tokens the slices took add up to the source's ``taken``, the held-out ones to its ``held_out``, and its
+  ``epochs`` is ``E + D / documents``.
 
 A source's documents are the sources' table's (the signature's count). The answer (JSON on standard
 output) sums the documents by how often they are read, lists every problem, and exits 2 when there is
@@ -51,6 +54,7 @@ class SourceAudit:
     source: str
     documents: int
     held_out: int = 0
+    excluded: int = 0
     reads: dict[int, int] = field(default_factory=dict)  # times read -> documents
     problems: list[str] = field(default_factory=list)
 
@@ -60,9 +64,13 @@ class SourceAudit:
 
 
 def audit_source(
-    source: dict[str, Any], training: list[dict[str, Any]], held: list[dict[str, Any]]
+    source: dict[str, Any],
+    training: list[dict[str, Any]],
+    held: list[dict[str, Any]],
+    excluded: Sequence[int] = (),
 ) -> SourceAudit:
-    """Check one source's rows (``training`` in pack order) against its row of the sources' table."""
+    """Check one source's rows (``training`` in pack order) against its row of the sources' table;
+    ``excluded``: the places taken out."""
     name = source["source"]
     result = SourceAudit(name, source["documents"])
     problems = result.problems
@@ -77,26 +85,37 @@ def audit_source(
         readable, result.held_out, held_tokens = first, stop - first, held_tokens + row["tokens"]
     if held_tokens != (source["held_out"] or 0):
         problems.append(f"held out {held_tokens} tokens, the sources' table says {source['held_out']}")
+    out = set(excluded)
+
+    def skip(epoch: int, doc: int) -> tuple[int, int]:
+        """The first place from ``epoch:doc`` on that is not excluded."""
+        for _ in range(len(out) + 1):
+            if doc not in out:
+                break
+            epoch, doc = (epoch + 1, 0) if doc + 1 == readable else (epoch, doc + 1)
+        return epoch, doc
+
     epoch, doc, taken = 0, 0, 0
     for row in training:
         where = row["pack"]
-        if (row["start_epoch"], row["start_doc"]) != (epoch, doc):
+        if skip(row["start_epoch"], row["start_doc"]) != skip(epoch, doc):
             problems.append(
                 f"{where}: starts at {row['start_epoch']}:{row['start_doc']}, the cursor is at {epoch}:{doc}"
             )
             epoch, doc = row["start_epoch"], row["start_doc"]
         documents = 0
         for e, first, stop in row["ranges"]:
-            if (e, first) != (epoch, doc) or not first < stop <= readable:
+            if skip(e, first) != skip(epoch, doc) or not first < stop <= readable:
                 problems.append(
                     f"{where}: range {[e, first, stop]} does not go on from {epoch}:{doc} within {readable}"
                 )
             documents += stop - first
             epoch, doc = (e + 1, 0) if stop == readable else (e, stop)
-        if (row["end_epoch"], row["end_doc"]) != (epoch, doc):
+        if skip(row["end_epoch"], row["end_doc"]) != skip(epoch, doc):
             problems.append(
                 f"{where}: ends at {row['end_epoch']}:{row['end_doc']}, its ranges at {epoch}:{doc}"
             )
+        epoch, doc = row["end_epoch"], row["end_doc"]
         if documents != row["documents"]:
             problems.append(f"{where}: its ranges hold {documents} documents, it says {row['documents']}")
         taken += row["tokens"]
@@ -106,7 +125,10 @@ def audit_source(
         problems.append(
             f"read {epoch + doc / readable:.6f} epochs, the sources' table says {source['epochs']}"
         )
-    result.reads = {k: n for k, n in ((epoch + 1, doc), (epoch, readable - doc)) if n}
+    below = sum(p < doc for p in out)
+    result.excluded = len(out)
+    counts = ((epoch + 1, doc - below), (epoch, readable - doc - len(out) + below))
+    result.reads = {k: n for k, n in counts if n}
     return result
 
 
@@ -118,7 +140,11 @@ def audit(plan: Plan) -> list[SourceAudit]:
     for row in tables.slices.to_pylist():
         training, held = rows.setdefault(row["source"], ([], []))
         (training if row["pack"] in training_packs else held).append(row)
-    return [audit_source(s, *rows.get(s["source"], ([], []))) for s in tables.sources.to_pylist()]
+    out = {e.source: e.places for e in plan.excluded}
+    return [
+        audit_source(s, *rows.get(s["source"], ([], [])), out.get(s["source"], ()))
+        for s in tables.sources.to_pylist()
+    ]
 
 
 def summary(audits: Sequence[SourceAudit]) -> dict[str, Any]:
@@ -132,6 +158,7 @@ def summary(audits: Sequence[SourceAudit]) -> dict[str, Any]:
         "sources": len(audits),
         "documents": sum(a.documents for a in audits),
         "held_out": sum(a.held_out for a in audits),
+        "excluded": sum(a.excluded for a in audits),  # taken out (datapacks.exclude): read by no later pack
         "read": {str(k): reads[k] for k in sorted(reads)},  # times read -> documents (0: not reached yet)
         "problems": problems,
     }

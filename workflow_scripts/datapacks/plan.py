@@ -2,17 +2,18 @@
 
 ``plan.json`` is the plan's header, for people and trainers: the iteration math, the phases, each pack's
 summary (budget, tokens, iterations, offset, merged prefix, trainer keys, training cadence), the validation
-packs' and the notes; its size does not grow with the sources. The rows per (pack, source) slice and per
-source are the plan's table beside it (``plan_table``: Parquet), read only by what needs them. The planner
-(``planner.make_plan``) and ``plan_files`` build the plan in its in-memory form (the header's keys, each
-pack's rows under ``slices`` and the sources' columns under ``sources``); ``Plan.from_dict`` reads that form
-or the header alone. The entries are frozen dataclasses whose fields are the JSON keys, in the JSON's order,
-read with ``msgspec.convert`` (lists become tuples, objects dataclasses), refusing one without a key it needs
-or with a value of the wrong type (naming the file, the entry and the key). ``to_dict`` gives the header back
-unchanged, field by field: a field with a default (``notes``; the trainer settings, ``training`` and
-``checkpoint_disk`` that ``plan_files`` adds) is left out while it holds that default, and one without a
-default is always written (``wall_hours`` and ``tb_each`` as null when unknown). ``Slice`` and
-``HeldOutSlice`` type a pack's rows of the table (``plan_table.pack_slices``).
+packs', the notes and the documents taken out (``Excluded``); its size does not grow with the sources. The
+rows per (pack, source) slice and per source are the plan's table beside it (``plan_table``: Parquet), read
+only by what needs them. The planner (``planner.make_plan``) and ``plan_files`` build the plan in its
+in-memory form (the header's keys, each pack's rows under ``slices`` and the sources' columns under
+``sources``); ``Plan.from_dict`` reads that form or the header alone. The entries are frozen dataclasses whose
+fields are the JSON keys, in the JSON's order, read with ``msgspec.convert`` (lists become tuples, objects
+dataclasses), refusing one without a key it needs or with a value of the wrong type (naming the file, the
+entry and the key). ``to_dict`` gives the header back unchanged, field by field: a field with a default
+(``notes``; the trainer settings, ``training`` and ``checkpoint_disk`` that ``plan_files`` adds, ``excluded``)
+is left out while it holds that default, and one without a default is always written (``wall_hours`` and
+``tb_each`` as null when unknown). ``Slice`` and ``HeldOutSlice`` type a pack's rows of the table
+(``plan_table.pack_slices``).
 """
 
 from __future__ import annotations
@@ -204,6 +205,16 @@ class CheckpointDisk(_Entry):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Excluded(_Entry):
+    """A source's documents taken out (``datapacks.exclude``): the packs after the started ones read none."""
+
+    source: str
+    documents: tuple[int, ...]  # its own document numbers
+    places: tuple[int, ...]  # theirs in the reading order, those training may read (not held out)
+    started_packs: tuple[str, ...]  # the started (kept) packs that hold one of them
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan(_Entry):
     """The datapack plan's header: the iteration math, the phases, the packs' and validation packs' summaries.
 
@@ -220,6 +231,7 @@ class Plan(_Entry):
     packs: tuple[PackPlan, ...]
     validation: tuple[ValidationPack, ...]
     notes: tuple[str, ...] = ()
+    excluded: tuple[Excluded, ...] = ()
     total_train_iters: int
     checkpoint_disk: CheckpointDisk | None = None  # with train.base_config
     where: str = field(default="", compare=False, repr=False)

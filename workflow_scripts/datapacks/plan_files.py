@@ -25,7 +25,7 @@ import pandas as pd
 from workflow_scripts.core import schedule
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.datapacks import audit, plan_table, started
+from workflow_scripts.datapacks import audit, exclude, plan_table, started
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import PlanError, make_plan
@@ -286,6 +286,30 @@ def no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+def excluded_lines(plan: Plan) -> str:
+    """plan.md's note of the documents taken out (``datapacks.exclude``) and the started packs (and so their
+    checkpoints) that hold some of them; empty when none is."""
+    if not plan.excluded:
+        return ""
+    documents = sum(len(e.documents) for e in plan.excluded)
+    held: dict[str, list[str]] = {}
+    for entry in plan.excluded:
+        for pack in entry.started_packs:
+            held.setdefault(pack, []).append(entry.source)
+    where = (
+        "; started packs that hold some (they and their checkpoints have seen them): "
+        + ", ".join(f"{pack} ({', '.join(names)})" for pack, names in held.items())
+        if held
+        else "; no started pack holds one"
+    )
+    valid = documents - sum(len(e.places) for e in plan.excluded)
+    where += f"; {valid} held out for validation stay in their validation packs" if valid else ""
+    return (
+        f"\n**Excluded**: {documents} documents of {len(plan.excluded)} sources (datapacks.exclude), read by "
+        f"no training pack planned now{where}. `snakepack lineage --hash` gives the steps that read them.\n"
+    )
+
+
 def write_plan(args: argparse.Namespace) -> None:
     """The plan of ``main``'s arguments: its header and table, CSV, Markdown and specs."""
     config = orjson.loads(args.config_json)
@@ -296,7 +320,8 @@ def write_plan(args: argparse.Namespace) -> None:
     kept = []
     if args.train_dir and not settings.datapacks.replan_started:
         kept = started.kept_packs(args.specs_dir, args.train_dir, args.checkpoints or "", trainer)
-    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept)
+    excluded = exclude.resolve(settings.datapacks.exclude, signature)
+    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept, excluded)
     add_trainer_settings(raw, args.merged_dir)
     add_training(raw, config)
     plan = Plan.from_dict(raw)
@@ -326,9 +351,12 @@ def write_plan(args: argparse.Namespace) -> None:
         text += (
             f"\n**Started packs kept as they are** (planned after them): {names}; the last: {kept[-1].why}\n"
         )
+    text += excluded_lines(plan)
     text += (
         f"\n**Audit**: the {accounted['documents']} documents of {accounted['sources']} sources: {read}; "
-        f"{accounted['held_out']} held out for validation (`snakepack audit-packs`).\n"
+        f"{accounted['held_out']} held out for validation"
+        + (f", {accounted['excluded']} excluded" if plan.excluded else "")
+        + " (`snakepack audit-packs`).\n"
     )
     with atomic_path(args.out_md) as tmp:
         tmp.write_text(text)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,8 @@ class Source:
     path: str = ""  # the tokenized source, as errors name it
     order: np.ndarray | None = None  # the reading order (shuffled): the source's document of each place
     count: int | None = None  # its documents, as the signature counts them (None: from its index)
+    excluded: np.ndarray | None = None  # the places (reading order) taken out: ``exclude``
+    shift: int = 0  # the tokens its cursor had taken before ``exclude`` less what it takes now
     _cumsum: np.ndarray | None = None
 
     @property
@@ -135,6 +137,38 @@ class Source:
     def documents(self) -> int:
         return len(self.cumsum) - 1
 
+    def position(self) -> int:
+        """The tokens the cursor has taken (whole epochs and the documents before it)."""
+        if not (self.cursor.epoch or self.cursor.doc):  # not read: no need to read its index
+            return 0
+        return self.cursor.epoch * self.total + int(self.cumsum[self.cursor.doc]) + self.shift
+
+    def exclude(self, documents: Sequence[int]) -> np.ndarray:
+        """Read none of ``documents`` (its own numbers) from now on: they hold no tokens, and the ranges
+        ``take`` gives skip them; return their places in the reading order (the held-out ones left aside)."""
+        places = np.asarray(documents, np.int64)
+        cs = self.cumsum
+        if self.order is not None:
+            places = np.argsort(self.order)[places]
+        places = np.unique(places[places < self.documents])
+        before = self.position()
+        lens = np.diff(cs)
+        lens[places] = 0
+        self._cumsum = np.concatenate([[0], np.cumsum(lens)])
+        self.excluded = places
+        self.shift += before - self.position()
+        return places
+
+    def _skip_excluded(self, ranges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """``ranges`` split around the excluded places."""
+        places, out = self.excluded, []
+        assert places is not None
+        for epoch, start, stop in ranges:
+            cut = places[np.searchsorted(places, start) : np.searchsorted(places, stop)].tolist()
+            bounds = zip([start, *(c + 1 for c in cut)], [*cut, stop], strict=True)
+            out += [(epoch, a, b) for a, b in bounds if a < b]
+        return out
+
     def epochs(self) -> float:
         if self.cursor.doc == 0:  # not read, or read to the end of an epoch: no need to read its index
             return float(self.cursor.epoch)
@@ -164,7 +198,7 @@ class Source:
             self.cursor.doc = stop
             if stop == self.documents:
                 self.cursor = Cursor(self.cursor.epoch + 1, 0)
-        return ranges
+        return ranges if self.excluded is None or not len(self.excluded) else self._skip_excluded(ranges)
 
 
 def shuffle_permutation(documents: int, seed: int, name: str) -> np.ndarray:
@@ -237,19 +271,24 @@ def make_plan(
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
     kept: Sequence[Kept] = (),
+    excluded: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """The whole datapack plan: packs, their exact slices, train_iters, offsets, epochs and estimates;
     refused (``limits``) where a pack or phase passes its budget by too much. The first packs are
-    ``kept``'s rows, refused (``Kept.refusal``) where they no longer fit.
+    ``kept``'s rows, refused (``Kept.refusal``) where they no longer fit. The packs after them read none of
+    the documents ``excluded`` names (source -> its document numbers: ``exclude.resolve``); the plan's
+    ``excluded`` says which of the kept packs hold them.
 
     Its form is ``plan.json``'s (``plan.Plan``) with each pack's rows under ``slices`` and the sources' table,
     as columns, under ``sources`` (``conservation``): ``plan_table`` writes them as the plan's table."""
     check_one_tokenizer(signature)
     # a refused plan is made again with larger packs; copies: an index's own array would keep it open
     lengths = functools.cache(lambda prefix, read=lengths: np.array(read(prefix), dtype=np.int64))
-    plan, problems = _plan(settings, signature, lengths, kept)
+    excluded = excluded or {}
+    plan, problems = _plan(settings, signature, lengths, kept, excluded)
     if problems:
-        raise PlanError(limits.refusal(problems, _fitting_pack_size(settings, signature, lengths, kept)))
+        fit = _fitting_pack_size(settings, signature, lengths, kept, excluded)
+        raise PlanError(limits.refusal(problems, fit))
     return plan
 
 
@@ -258,6 +297,7 @@ def _fitting_pack_size(
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
     kept: Sequence[Kept],
+    excluded: Mapping[str, Sequence[int]],
 ) -> str:
     """The fix to name: the smallest multiple of the pack size in ``FIT_FACTORS`` whose plan keeps its
     limits, or removing the long documents."""
@@ -268,7 +308,7 @@ def _fitting_pack_size(
         value = int(given * factor)
         larger = dataclasses.replace(settings, datapacks=dataclasses.replace(packs, **{key: value}))
         try:
-            if not _plan(larger, signature, lengths, kept)[1]:
+            if not _plan(larger, signature, lengths, kept, excluded)[1]:
                 return f"datapacks.{key}: {value} holds every document within these limits"
         except PlanError:
             continue
@@ -283,6 +323,7 @@ def _plan(
     signature: list[dict[str, Any]],
     lengths: Callable[[str], np.ndarray],
     kept: Sequence[Kept] = (),
+    excluded: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The plan and the limits it breaks (one line each)."""
     training, datapacks, mixtures = settings.training, settings.datapacks, settings.mixtures
@@ -313,6 +354,7 @@ def _plan(
     problems: list[str] = []
     offset = 0
     shares_of: dict[str, list[Any]] = {}  # a mixture's shares, once for all its phases
+    places: dict[str, np.ndarray] | None = None if excluded else {}  # taken out after the kept packs
     for phase, budget in zip(phases, budgets, strict=True):
         if phase.mixture not in mixtures:
             raise PlanError(f"phase {phase.name} uses unknown mixture {phase.mixture!r}")
@@ -325,6 +367,7 @@ def _plan(
             if len(packs) < len(kept):
                 pack = _keep(kept[len(packs)], len(packs), phase, pack_tokens, sources)
             else:
+                places = _exclude(sources, excluded) if places is None else places
                 pack = _slice_pack(len(packs), phase, pack_tokens, names, shares, sources)
             iters = train_iters(pack["tokens"], seq, batch, rule)
             # an iters phase's pack is sized for exactly its iterations, any pack for at most
@@ -352,6 +395,11 @@ def _plan(
         "packs": packs,
         "validation": validation,
         **({"notes": notes} if notes else {}),  # only when there is something to say: a plan stays as it was
+        **(
+            {"excluded": _excluded(excluded, places or _exclude(sources, excluded), packs[: len(kept)])}
+            if excluded
+            else {}
+        ),
         "total_train_iters": offset,
         "sources": conservation(sources, packs, validation),
     }
@@ -472,10 +520,7 @@ def conservation(
             taken[s["source"]] += s["tokens"]
     held = {v["source"]: v["tokens"] for pack in validation for v in pack["slices"]}
     for name, src in sources.items():
-        if src.cursor.epoch or src.cursor.doc:
-            position = src.cursor.epoch * src.total + int(src.cumsum[src.cursor.doc])
-        else:
-            position = 0
+        position = src.position()
         if taken[name] != position:
             raise PlanError(f"source {name}: {taken[name]} tokens taken but the cursor is at {position}")
     packed = sum(p["tokens"] for p in packs)
@@ -492,6 +537,40 @@ def conservation(
         "epochs": [round(src.epochs(), 6) for src in sources.values()],
         "held_out": [held.get(name) for name in sources],
     }
+
+
+def _exclude(sources: dict[str, Source], excluded: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
+    """Take the ``excluded`` documents out of what their sources read from now on; their places."""
+    return {name: sources[name].exclude(docs) for name, docs in (excluded or {}).items()}
+
+
+def _excluded(
+    excluded: Mapping[str, Sequence[int]], places: dict[str, np.ndarray], kept: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The plan's ``excluded``: per source its documents taken out, their places in the reading order
+    (those training may read) and the kept packs that hold one of them."""
+    entries = []
+    for name, docs in excluded.items():
+        at = places[name]
+        holding = [
+            pack["name"]
+            for pack in kept
+            if any(
+                np.searchsorted(at, a) < np.searchsorted(at, b)
+                for s in pack["slices"]
+                if s["source"] == name
+                for _, a, b in s["ranges"]
+            )
+        ]
+        entries.append(
+            {
+                "source": name,
+                "documents": sorted({int(d) for d in docs}),
+                "places": at.tolist(),
+                "started_packs": holding,
+            }
+        )
+    return entries
 
 
 def _longest(pack: dict[str, Any], sources: dict[str, Source]) -> limits.Document:

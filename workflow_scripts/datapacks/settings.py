@@ -38,13 +38,14 @@ class Phase:
 
 @dataclass(frozen=True)
 class DatapacksSettings:
-    """Pack size limits, shuffling and the phases."""
+    """Pack size limits, shuffling, the hold-out, the documents taken out and the phases."""
 
     max_tokens_per_pack: float | None = setting("datapacks", "max_tokens_per_pack")
     max_iters_per_pack: int | None = setting("datapacks", "max_iters_per_pack")
     shuffle: bool = setting("datapacks", "shuffle")
     validation_tokens: int = setting("datapacks", "validation_tokens")
     replan_started: bool = setting("datapacks", "replan_started")
+    exclude: tuple[str, ...] | str = setting("datapacks", "exclude")  # entries, or a file listing them
     phases: tuple[Phase, ...] = ()
 
 
