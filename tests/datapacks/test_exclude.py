@@ -55,6 +55,10 @@ def test_excluded_documents_leave_the_unstarted_packs_only(shuffle: bool) -> Non
     assert result["excluded"] == 2
     assert sum(result["read"].values()) + result["excluded"] + result["held_out"] == result["documents"]
     assert remixed(config(PHASES, shuffle=shuffle), sig, lengths, kept(before, 2), {}) == before
+    # a pack planned without them starts training: the next plan keeps it, skipping them as it did
+    again = remixed(cfg, sig, lengths, kept(after, 4), excluded)
+    assert again["packs"] == after["packs"] and again["sources"] == after["sources"]
+    assert audit.check(Plan.from_dict(again))["excluded"] == 2
 
 
 def with_ledgers(tmp_path: Path) -> None:

@@ -143,21 +143,39 @@ class Source:
             return 0
         return self.cursor.epoch * self.total + int(self.cumsum[self.cursor.doc]) + self.shift
 
-    def exclude(self, documents: Sequence[int]) -> np.ndarray:
-        """Read none of ``documents`` (its own numbers) from now on: they hold no tokens, and the ranges
-        ``take`` gives skip them; return their places in the reading order (the held-out ones left aside)."""
-        places = np.asarray(documents, np.int64)
-        cs = self.cumsum
+    def mark(self, documents: Sequence[int]) -> np.ndarray:
+        """Set ``excluded`` to the places of ``documents`` (its own numbers) in the reading order, the
+        held-out ones left aside, and return them: the kept packs may skip them (``skip_to``)."""
+        places, readable = np.asarray(documents, np.int64), self.documents  # reads the index and the order
         if self.order is not None:
             places = np.argsort(self.order)[places]
-        places = np.unique(places[places < self.documents])
+        self.excluded = np.unique(places[places < readable])
+        return self.excluded
+
+    def skip_to(self, epoch: int, doc: int) -> None:
+        """Move the cursor on to ``epoch:doc`` over excluded places only (a kept pack planned without them
+        skipped them), their tokens counted as not taken; it stays where it is at another place."""
+        if self.excluded is None or (self.cursor.epoch, self.cursor.doc) == (epoch, doc):
+            return
+        places, at, shift = set(self.excluded.tolist()), self.cursor, 0
+        for _ in range(len(places)):
+            if (at.epoch, at.doc) == (epoch, doc) or at.doc not in places:
+                break
+            shift += int(self.cumsum[at.doc + 1] - self.cumsum[at.doc])
+            at = Cursor(at.epoch + 1, 0) if at.doc + 1 == self.documents else Cursor(at.epoch, at.doc + 1)
+        if (at.epoch, at.doc) == (epoch, doc):
+            self.cursor, self.shift = at, self.shift - shift
+
+    def exclude(self) -> np.ndarray:
+        """Read none of the ``excluded`` places from now on: they hold no tokens, and the ranges ``take``
+        gives skip them; return them."""
+        assert self.excluded is not None
         before = self.position()
-        lens = np.diff(cs)
-        lens[places] = 0
+        lens = np.diff(self.cumsum)
+        lens[self.excluded] = 0
         self._cumsum = np.concatenate([[0], np.cumsum(lens)])
-        self.excluded = places
         self.shift += before - self.position()
-        return places
+        return self.excluded
 
     def _skip_excluded(self, ranges: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """``ranges`` split around the excluded places."""
@@ -355,6 +373,8 @@ def _plan(
     offset = 0
     shares_of: dict[str, list[Any]] = {}  # a mixture's shares, once for all its phases
     places: dict[str, np.ndarray] | None = None if excluded else {}  # taken out after the kept packs
+    for name, docs in (excluded or {}).items():
+        sources[name].mark(docs)
     for phase, budget in zip(phases, budgets, strict=True):
         if phase.mixture not in mixtures:
             raise PlanError(f"phase {phase.name} uses unknown mixture {phase.mixture!r}")
@@ -540,8 +560,9 @@ def conservation(
 
 
 def _exclude(sources: dict[str, Source], excluded: Mapping[str, Sequence[int]] | None) -> dict[str, Any]:
-    """Take the ``excluded`` documents out of what their sources read from now on; their places."""
-    return {name: sources[name].exclude(docs) for name, docs in (excluded or {}).items()}
+    """Take the ``excluded`` documents (``Source.mark``) out of what their sources read from now on; their
+    places."""
+    return {name: sources[name].exclude() for name in excluded or {}}
 
 
 def _excluded(
@@ -657,6 +678,7 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
             raise kept.refusal(f"source {src.name} is read from {src.cursor.as_dict()}, not {row['start']}")
         epochs_before, taken = round(src.epochs(), 6), 0
         for epoch, start, stop in row["ranges"]:
+            src.skip_to(epoch, start)
             if (epoch, start) != (src.cursor.epoch, src.cursor.doc) or stop > src.documents:
                 raise kept.refusal(
                     f"source {src.name}: its documents {start}:{stop} (epoch {epoch}): {changed}"
@@ -667,6 +689,7 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
             raise kept.refusal(
                 f"source {src.name}: its documents {row['ranges']} hold {taken} tokens, not {row['tokens']}"
             )
+        src.skip_to(row["end"]["epoch"], row["end"]["doc"])
         if (src.cursor.as_dict(), epochs_before, round(src.epochs(), 6)) != (
             row["end"],
             row["epochs_before"],
