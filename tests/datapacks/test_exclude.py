@@ -19,6 +19,7 @@ from workflow_scripts.datapacks import audit, packer, plan_table
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import Kept, make_plan, shuffle_permutation
 from workflow_scripts.datapacks.settings import PlanSettings
+from workflow_scripts.report import plan as plan_report
 from workflow_scripts.tokens import ledger
 
 pytestmark = pytest.mark.fast
@@ -97,6 +98,10 @@ def test_exclude_by_hash_and_raw_line_rebuilds_only_the_unstarted_specs(tmp_path
     text = (plan_json.parent / "plan.md").read_text()
     assert "**Excluded**: 2 documents" in text and "warmup_0" in text.split("**Excluded**")[1]
     assert [p.name for p in new.packs] == [p.name for p in old.packs]
+    chart = plan_report.excluded(new)
+    assert chart.table.to_dict("records") == [
+        {"source": "en_web_a", "documents": 2, "held_out": 0, "started_packs": "warmup_0"}
+    ]
     with pytest.raises(UserError, match=r"en\.jsonl:999 matches no document"):
         plan_command(tmp_path, mixture, exclude=["en.jsonl:999"])
     listing = tmp_path / "exclude.txt"

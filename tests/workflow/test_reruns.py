@@ -16,6 +16,8 @@ from tests.report.conftest import write_training_records
 from tests.utils import REPO, Workflow
 from workflow_scripts.datapacks import plan_table
 from workflow_scripts.datapacks.plan import Plan
+from workflow_scripts.datapacks.planner import shuffle_permutation
+from workflow_scripts.tokens.ledger import Ledger
 
 pytestmark = pytest.mark.workflow  # the test tiers: tests/conftest.py
 
@@ -318,3 +320,41 @@ def test_a_shorter_plan_names_the_stale_packs(clone: Workflow) -> None:
     plan_md = (clone.root / "results" / "plan.md").read_text()
     assert "**Stale packs**" in plan_md and "cooldown_4" in plan_md
     assert "cooldown_4" in proc.output and "do not train on them" in proc.output
+
+
+def document(plan: Plan, ledger: Ledger, row: dict, place: int) -> int:
+    """The source's own number of the document at ``place`` of its reading order in ``plan``."""
+    if not plan.shuffle:
+        return place
+    return int(shuffle_permutation(ledger.documents, plan.seed, row["source"])[place])
+
+
+def test_an_excluded_document_leaves_only_the_unstarted_packs(clone: Workflow) -> None:
+    results = clone.root / "results"
+    plan = Plan.read(results / "plan.json")
+    started = {p.name for p in plan.packs[:2]}
+    write_training_records(results / "train", orjson.loads((results / "plan.json").read_bytes()))
+    first = plan_table.pack_rows(plan, plan.packs[0].name)[0]  # a document the first pack trained on
+    later = plan_table.pack_rows(plan, plan.packs[2].name)[-1]  # one an unstarted pack reads
+    planted = [(first["source"], first["ranges"][0][1]), (later["source"], later["ranges"][0][1])]
+    ledgers = [Ledger.read(str(clone.root / row["prefix"])) for row in (first, later)]
+    by_hash = ledgers[0].hex(document(plan, ledgers[0], first, planted[0][1]))
+    raw = ledgers[1].position(document(plan, ledgers[1], later, planted[1][1]))
+    exclude = {"datapacks": {"exclude": [by_hash, f"{raw.file}:{raw.line}"]}}
+    (clone.root / "ex.yaml").write_text(yaml.safe_dump(exclude))
+    kinds = rerun(clone, "ex.yaml")
+    assert kinds["merged"] and not kinds["merged"] & started, "only the unstarted packs are made again"
+    after = Plan.read(results / "plan.json")
+    for pack in after.packs[2:]:
+        for row in plan_table.pack_rows(after, pack.name):
+            held = {(row["source"], d) for _, a, b in row["ranges"] for d in range(a, b)}
+            assert not held & set(planted), pack.name
+    note = (results / "plan.md").read_text().split("**Excluded**")[1].split("\n")[0]
+    assert note.startswith(": 2 documents") and plan.packs[0].name in note
+    audit = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts", "audit-packs", "--plan", "results/plan.json"],
+        cwd=clone.root,
+        capture_output=True,
+        text=True,
+    )
+    assert audit.returncode == 0 and orjson.loads(audit.stdout)["excluded"] == 2, audit.stdout[-2000:]

@@ -1,5 +1,6 @@
 """The plan section: tokens per pack by language and domain, epochs read per source and phase, the
-mixtures' target shares against what the packs got, the iteration schedule, and the checkpoint disk."""
+mixtures' target shares against what the packs got, the iteration schedule, the checkpoint disk, and the
+documents taken out (``datapacks.exclude``) with the started packs that hold some."""
 
 from __future__ import annotations
 
@@ -178,6 +179,29 @@ def checkpoints(plan: Plan, configs: pd.DataFrame) -> Chart:
     return Chart("checkpoints", "Slurm segments, hours and checkpoint disk", fig, table)
 
 
+def excluded(plan: Plan) -> Chart:
+    """The documents taken out (``datapacks.exclude``) per source: how many, how many of them are held out
+    for validation (they stay there), and the started packs that hold some (their checkpoints saw them)."""
+    table = pd.DataFrame(
+        [
+            {
+                "source": e.source,
+                "documents": len(e.documents),
+                "held_out": len(e.documents) - len(e.places),
+                "started_packs": ", ".join(e.started_packs),
+            }
+            for e in plan.excluded
+        ]
+    )
+    held = sorted({pack for e in plan.excluded for pack in e.started_packs})
+    text = (
+        f"{int(table['documents'].sum())} documents of {len(table)} sources taken out of the packs"
+        " planned now\n"
+        f"started packs that hold some (their checkpoints saw them): {', '.join(held) or 'none'}"
+    )
+    return Chart("excluded", "Documents taken out (datapacks.exclude)", message_figure(text), table)
+
+
 NO_PACKS = "no packs: datapacks.phases is empty (a data-only run)"
 TITLES = {  # each chart's title, for a plan without packs
     "schedule": "train_iters and offsets",
@@ -206,4 +230,6 @@ def charts(plan: Plan, mixtures: dict[str, dict[str, Any]], configs: pd.DataFram
     ]
     if configs is not None:
         made.append(checkpoints(plan, configs))
+    if plan.excluded:
+        made.append(excluded(plan))
     return made
