@@ -60,11 +60,14 @@ rule report_data:
 
 
 # Made once the trainers left records (segments, loss curves): a new or rewritten record redraws the charts
-# (their names and times are a parameter, not inputs: the report never schedules training).
+# (their names and times are a parameter, not inputs: the report never schedules training). The packs and
+# their trainer configs are inputs: the consumption chart reads them (none of them trains).
 rule report_training:
     input:
         plan=f"{OUT}/plan.json",
         captions=REPORT_CAPTIONS["training"],
+        packs=get_merged_packs,
+        configs=lambda wildcards: [TRAIN_LAYOUT.config(p, TRAIN_CONFIG_EXT) for p in planned_packs()],
     output:
         **REPORT_OUTPUTS["training"],
     log:

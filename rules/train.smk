@@ -11,7 +11,6 @@ pack's first segment waits for that. ``train/loss.csv``, ``loss.png``, ``evals.c
 gather the run. ``train.detach: true`` submits the same segments as an sbatch chain instead.
 """
 
-from workflow_scripts.datapacks import started
 from workflow_scripts.train import detach
 from workflow_scripts.train.configs import preflight
 if not workflow.remote_exec and (trainer_problem := preflight.problem(config)):  # the base config vs batch, GPUs, seq_length
@@ -20,10 +19,8 @@ if not workflow.remote_exec and (trainer_problem := preflight.problem(config)): 
 
 checkpoint train_config:
     input:
-        # ancient() once the pack started training: a re-plan keeps it, its config and segments (datapacks/started.py)
-        plan=lambda wildcards: started.plan_input(
-            f"{OUT}/plan.json", TRAIN_LAYOUT, wildcards.pack, CHECKPOINTS, config["train"]["trainer"], ancient
-        ),
+        # ancient() once the pack started: a re-plan keeps it, its config and its segments (datapacks/started.py)
+        plan=lambda wildcards: TRAIN_INPUTS.config_plan(f"{OUT}/plan.json", wildcards.pack, ancient),
         signature=f"{TOK}/signature.json",
         base=config["train"]["base_config"] or [],
         model=TOKENIZER,

@@ -13,8 +13,8 @@ from tests.datapacks.test_planner import config, plan_of, signature
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
-from workflow_scripts.core.train_layout import TrainLayout
-from workflow_scripts.datapacks import audit, plan_files, plan_table, started
+from workflow_scripts.core.train_layout import TrainLayout, latest_step
+from workflow_scripts.datapacks import audit, plan_files, plan_table
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import Kept, PlanError, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
@@ -191,11 +191,11 @@ def test_a_checkpoint_past_a_packs_first_step_marks_it_started(tmp_path: Path) -
     write_json(layout.keys("main_1"), {"set": {"iteration_offset": {"value": 30}}})
     checkpoints = tmp_path / "train" / "checkpoints"
     (checkpoints / "global_step30").mkdir(parents=True)
-    assert started.marker(layout, "main_1", started.latest_step(str(checkpoints), "neox")) is None
+    assert layout.started("main_1", latest_step(str(checkpoints), "neox")) is None
     (checkpoints / "global_step90").symlink_to(checkpoints / "global_step30")  # a fine-tune's start: a link
-    assert started.marker(layout, "main_1", started.latest_step(str(checkpoints), "neox")) is None
+    assert layout.started("main_1", latest_step(str(checkpoints), "neox")) is None
     (checkpoints / "global_step31").mkdir()
-    found = started.marker(layout, "main_1", started.latest_step(str(checkpoints), "neox"))
+    found = layout.started("main_1", latest_step(str(checkpoints), "neox"))
     assert found == "checkpoint step 31 is past its first step 30"
 
 
