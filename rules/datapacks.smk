@@ -23,8 +23,8 @@ rule mixture:
 
 # A checkpoint: the packs are known once the plan is made; after it ran, each pack is re-evaluated against
 # its spec file, which the plan rewrites only when it changed. When it runs, it keeps the packs up to the
-# last one whose training started as they are (datapacks/started.py: it looks in the train and checkpoint
-# folders, which are no inputs of it, so training never reruns it).
+# last one whose training started as they are (datapacks/started.py: it looks in the train folder, which is
+# no input of it, so training never reruns it).
 checkpoint plan:
     input:
         signature=f"{TOK}/signature.json",
@@ -46,13 +46,12 @@ checkpoint plan:
         merged=MERGED,
         specs=SPECS,
         train=TRAIN,
-        checkpoints=CHECKPOINTS,
     conda:
         "../envs/data.yaml"
     shell:
         "python -m workflow_scripts plan --config-json {params.config:q} --signature {input.signature:q}"
         " --json {output.json:q} --csv {output.csv:q} --md {output.md:q} --merged-dir {params.merged:q}"
-        " --specs-dir {params.specs:q} --train-dir {params.train:q} --checkpoints {params.checkpoints:q}"
+        " --specs-dir {params.specs:q} --train-dir {params.train:q}"
         " 2>&1 | tee {log:q}"
 
 

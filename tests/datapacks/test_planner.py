@@ -39,7 +39,7 @@ def config(phases: list[dict], training: dict | None = None, **datapacks) -> dic
     return {
         "seed": 1,
         "training": training or {"seq_length": 128, "global_batch_size": 4, "epoch_rule": "neox"},
-        "datapacks": {"max_iters_per_pack": 50, **datapacks, "phases": phases},
+        "datapacks": {"max_iters_per_pack": 50, **datapacks, "phases": [dict(p) for p in phases]},  # a copy
         "mixtures": {"main": {"lang_prob": {"en": 0.75, "de": 0.25}}, "en": {"lang_prob": {"en": 1.0}}},
     }
 

@@ -13,7 +13,7 @@ from tests.datapacks.test_planner import config, plan_of, signature
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
-from workflow_scripts.core.train_layout import TrainLayout, latest_step
+from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.datapacks import audit, plan_files, plan_table
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import Kept, PlanError, make_plan
@@ -138,12 +138,7 @@ def plan_command(tmp_path: Path, mixture: dict, **datapacks: object) -> Path:
             *("--signature", str(tmp_path / "signature.json")),
             *("--json", str(out / "plan.json"), "--csv", str(out / "plan.csv"), "--md", str(out / "plan.md")),
             *("--merged-dir", str(out / "merged"), "--specs-dir", str(out / "specs")),
-            *(
-                "--train-dir",
-                str(tmp_path / "train"),
-                "--checkpoints",
-                str(tmp_path / "train" / "checkpoints"),
-            ),
+            *("--train-dir", str(tmp_path / "train")),
         ]
     )
     return out / "plan.json"
@@ -186,31 +181,12 @@ def test_the_plan_keeps_the_started_packs_specs_and_replans_the_rest(tmp_path: P
     assert specs_of(plan_json)["main_1"][0] != before["main_1"][0], "forced: planned again"
 
 
-def test_a_checkpoint_past_a_packs_first_step_marks_it_started(tmp_path: Path) -> None:
+def test_only_a_segment_record_or_attempt_marks_a_pack_started(tmp_path: Path) -> None:
+    """Another run's checkpoints in the folder (a fine-tune's source, a shared folder) are no evidence."""
     layout = TrainLayout(str(tmp_path / "train"))
     write_json(layout.keys("main_1"), {"set": {"iteration_offset": {"value": 30}}})
-    checkpoints = tmp_path / "train" / "checkpoints"
-    (checkpoints / "global_step30").mkdir(parents=True)
-    assert layout.started("main_1", latest_step(str(checkpoints), "neox")) is None
-    (checkpoints / "global_step90").symlink_to(checkpoints / "global_step30")  # a fine-tune's start: a link
-    assert layout.started("main_1", latest_step(str(checkpoints), "neox")) is None
-    (checkpoints / "global_step31").mkdir()
-    found = layout.started("main_1", latest_step(str(checkpoints), "neox"))
-    assert found == "checkpoint step 31 is past its first step 30"
-
-
-def test_a_started_pack_whose_trainer_keys_would_change_is_refused(tmp_path: Path) -> None:
-    plan = Plan.read(plan_command(tmp_path, {"lang_prob": {"en": 0.6, "de": 0.4}}))
-    main_1 = plan.packs[1]
-    values = {"train_iters": main_1.train_iters + 1, "iteration_offset": main_1.iteration_offset}
-    values |= {"seq_length": 16, "train_batch_size": 2}
-    keys = {"set": {k: {"value": v} for k, v in values.items()}}
-    write_json(TrainLayout(str(tmp_path / "train")).keys("main_1"), keys)
-    write_json(tmp_path / "train" / "main_1" / "segments" / "1.json", {"pack": "main_1"})
-    with pytest.raises(
-        PlanError, match=rf"pack main_1 .* train_iters {main_1.train_iters + 1} -> {main_1.train_iters}"
-    ):
-        plan_command(tmp_path, {"lang_prob": {"en": 0.2, "de": 0.8}})
-    keys["set"]["train_iters"]["value"] = main_1.train_iters
-    write_json(TrainLayout(str(tmp_path / "train")).keys("main_1"), keys)
-    plan_command(tmp_path, {"lang_prob": {"en": 0.2, "de": 0.8}})
+    (tmp_path / "train" / "checkpoints" / "global_step39").mkdir(parents=True)
+    assert layout.started("main_1") is None
+    attempt = Path(layout.record("main_1", 0)).parent / "attempts" / "0.1.2.json"
+    write_json(attempt, {})
+    assert layout.started("main_1") == str(attempt)

@@ -32,9 +32,7 @@ Logs go to ``{logs}/train/``: ``{pack}_config.log``, ``{pack}/segment_{k}.log`` 
 from __future__ import annotations
 
 import glob
-import json
 import os
-import re
 from dataclasses import dataclass
 
 SEGMENTS = "segments"
@@ -81,21 +79,13 @@ class TrainLayout:
     def keys(self, pack: str) -> str:
         return f"{self.root}/{pack}/{KEYS}"
 
-    def started(self, pack: str, latest: int | None) -> str | None:
-        """What shows that ``pack`` has started training: its first segment record or run attempt, or the
-        run's last checkpoint step ``latest`` past the pack's first step (its keys' ``iteration_offset``);
-        None before. A segment still running before its first checkpoint leaves none of these."""
+    def started(self, pack: str) -> str | None:
+        """What shows that ``pack`` has started training: its first segment record or run attempt (every
+        run of a segment leaves one, failed or not); None before. A checkpoint folder is no evidence: it may
+        hold another run's checkpoints (a fine-tune's source, a shared folder)."""
         folder = os.path.join(glob.escape(self.root), pack, SEGMENTS)
         found = sorted(glob.glob(f"{folder}/*.json") + glob.glob(f"{folder}/{ATTEMPTS}/*.json"))
-        if found:
-            return found[0]
-        keys = self.keys(pack)
-        if latest is not None and os.path.isfile(keys):
-            with open(keys, encoding="utf-8") as f:
-                offset = json.load(f)["set"]["iteration_offset"]["value"]
-            if latest > offset:
-                return f"checkpoint step {latest} is past its first step {offset}"
-        return None
+        return found[0] if found else None
 
     def record(self, pack: str, k: int | str) -> str:
         return f"{self.root}/{pack}/{SEGMENTS}/{k}.json"
@@ -204,12 +194,3 @@ def reference_run(save_parent: str, name: str) -> str:
 def reference_segments(run_dir: str) -> str:
     """The reference trainer's segment records in its run folder."""
     return os.path.join(run_dir, SEGMENTS)
-
-
-def latest_step(checkpoints: str, trainer: str) -> int | None:
-    """The last global step with a checkpoint folder of the run's own (not a link: a fine-tune's start) in
-    ``checkpoints``, named as the trainer names its step-0 folder (``global_step0``, ``iter_0000000``)."""
-    name = re.compile(re.escape(IMPORT_FOLDERS[trainer].rstrip("0")) + r"(\d+)")
-    found = os.scandir(checkpoints) if os.path.isdir(checkpoints) else []
-    own = [int(m[1]) for e in found if (m := name.fullmatch(e.name)) and not e.is_symlink()]
-    return max(own, default=None)

@@ -264,9 +264,6 @@ def main(argv: list[str] | None = None) -> None:
         "--specs-dir", required=True, help="one spec file per pack, rewritten only if changed"
     )
     parser.add_argument("--train-dir", help="the train folder: the packs up to the last started one are kept")
-    parser.add_argument(
-        "--checkpoints", help="the run's checkpoint folder (a checkpoint past a pack's start)"
-    )
     args = parser.parse_args(argv)
     with no_cycle_collection():
         write_plan(args)
@@ -319,7 +316,7 @@ def write_plan(args: argparse.Namespace) -> None:
     trainer = train.get("trainer", "neox")
     kept = []
     if args.train_dir and not settings.datapacks.replan_started:
-        kept = started.kept_packs(args.specs_dir, args.train_dir, args.checkpoints or "", trainer)
+        kept = started.kept_packs(args.specs_dir, args.train_dir)
     excluded = exclude.resolve(settings.datapacks.exclude, signature)
     raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept, excluded)
     add_trainer_settings(raw, args.merged_dir)

@@ -1,11 +1,11 @@
 """The packs whose training has started, and what a new plan keeps of them (``planner.Kept``): every pack up
 to the last started one, as its spec holds it.
 
-A pack has started when its train folder holds a segment's record or a run's attempt, or when the run's
-checkpoint folder holds a checkpoint past the pack's first step (``TrainLayout.started``; links, a
-fine-tune's start, are left aside). The plan looks when it runs: nothing of training is an input of the
-plan in the DAG, so training's records never rerun it. ``check`` refuses a plan that would change a kept
-pack's spec (beyond the cursors of sources it does not read) or its trainer keys.
+A pack has started when its train folder holds a segment's record or a run's attempt (``TrainLayout.started``;
+a checkpoint folder is no evidence: it may hold another run's checkpoints). The plan looks when it runs:
+nothing of training is an input of the plan in the DAG, so training's records never rerun it. ``check``
+refuses a plan that would change a kept pack's spec (beyond the cursors of sources it does not read) or its
+trainer keys.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.core.train_layout import TrainLayout, latest_step
+from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.datapacks import pack_index, specs
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.datapacks.planner import Kept
@@ -24,13 +24,13 @@ from workflow_scripts.datapacks.planner import Kept
 CURSORS = ("start", "state_after")  # a spec's cursors of every source, read by the pack or not
 
 
-def kept_packs(specs_dir: str, train_dir: str, checkpoints: str, trainer: str) -> list[Kept]:
+def kept_packs(specs_dir: str, train_dir: str) -> list[Kept]:
     """Every pack of the plan on disk (its index beside the specs) up to the last started one, in order, with
     its spec's rows; none before a plan or training."""
     index = Path(specs_dir, pack_index.NAME)
     names = read_json(index)["packs"] if index.is_file() else []
-    layout, latest = TrainLayout(train_dir), latest_step(checkpoints, trainer)
-    markers = [layout.started(name, latest) for name in names]
+    layout = TrainLayout(train_dir)
+    markers = [layout.started(name) for name in names]
     last = max((i for i, m in enumerate(markers) if m), default=-1)
     kept = []
     for name, why in zip(names[: last + 1], markers, strict=False):

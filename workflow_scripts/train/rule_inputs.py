@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.core.fsio import read_json
-from workflow_scripts.core.train_layout import FINETUNE_START, TrainLayout, latest_step
+from workflow_scripts.core.train_layout import FINETUNE_START, TrainLayout
 from workflow_scripts.core.versioned import per_version
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.chain import Chain, Pack
@@ -55,8 +55,7 @@ class TrainInputs:
         """The plan ``pack``'s trainer config reads, through ``keep`` (``ancient()``) once the pack has
         started training: a re-plan keeps such a pack (datapacks/started.py), so its config and segments
         stay."""
-        latest = latest_step(self.checkpoints, self.train.trainer)
-        return keep(plan) if self.layout.started(pack, latest) else plan
+        return keep(plan) if self.layout.started(pack) else plan
 
     def segment(
         self, chain: Chain, pack: str, k: int, validation: Sequence[str], keep: Callable[[str], Any] = str
