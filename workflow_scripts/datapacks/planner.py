@@ -648,11 +648,16 @@ def _slice_pack(
                 "name": naming.slice_name(source_name, index, ranges[0][1], taken),
             }
         )
+    return _pack_entry(name, phase, tokens, slices)
+
+
+def _pack_entry(name: str, phase: Phase, budget: int, slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pack of the plan (its JSON form): its phase, budget, slices and their totals."""
     return {
         "name": name,
         "phase": phase.name,
         "mixture": phase.mixture,
-        "budget": tokens,
+        "budget": budget,
         "tokens": sum(s["tokens"] for s in slices),
         "documents": sum(s["documents"] for s in slices),
         "sources": len(slices),
@@ -697,14 +702,4 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
         ):
             raise kept.refusal(f"source {src.name}: {changed}")
     slices = [dict(row) for row in kept.slices]
-    return {
-        "name": name,
-        "phase": phase.name,
-        "mixture": phase.mixture,
-        "budget": tokens,
-        "tokens": sum(s["tokens"] for s in slices),
-        "documents": sum(s["documents"] for s in slices),
-        "sources": len(slices),
-        "upsampled_sources": sum(s["upsampled"] for s in slices),
-        "slices": slices,
-    }
+    return _pack_entry(name, phase, tokens, slices)
