@@ -134,6 +134,23 @@ class Trainers(Venv):
         src = self.tree(name)
         return self._run(argv, src, {"PYTHONPATH": str(src), **(env or {})}, **kwargs)
 
+    def helpers_env(self) -> dict[str, str]:
+        """The variables Megatron-LM's C++ dataset helpers compile under (``compile_helpers`` runs make):
+        this Python on the path (its Makefile's python3), and that Python's suffix, not python3-config's."""
+        suffix = subprocess.run(
+            [self.python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        return {
+            "PATH": f"{Path(self.python).parent}{os.pathsep}{os.environ['PATH']}",
+            "MAKEFLAGS": f"LIBEXT={suffix}",
+        }
+
+    @property
+    def helpers_lock(self) -> str:
+        """A lock file: one helpers build at a time on this machine (tests run on two workers)."""
+        return str(self.root.with_name(f"{self.root.name}.helpers.lock"))
+
 
 @dataclass(frozen=True)
 class Bridge(Venv):

@@ -1,6 +1,7 @@
 """Steps and documents both ways (lineage/steps.py), against the reference trainer's own samples: every
 step's documents are those whose tokens its samples hold, and a document's steps are the steps that list it.
-GPT-NeoX's own code gives the same: tests/train/test_lineage_compat.py."""
+A Megatron-LM pack is read in Megatron-LM's order, in its own phase. GPT-NeoX's and Megatron-LM's own code
+give the same: tests/train/test_lineage_compat.py."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import numpy as np
 import pytest
 
 from tests.train.conftest import model  # noqa: F401 (a fixture)
-from tests.train.reference.conftest import SEQ, eod, make_pack, pattern_docs, write_config  # noqa: F401
+from tests.train.reference.conftest import BATCH, SEQ, eod, make_pack, pattern_docs, write_config  # noqa: F401
+from tests.train.reference.test_megatron_config import write_args
 from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
-from workflow_scripts.lineage.steps import StepMap
+from workflow_scripts.lineage.steps import StepMap, pack_config
 from workflow_scripts.train.reference import data
 from workflow_scripts.train.reference.config import load_config
 
@@ -91,7 +93,60 @@ def test_a_range_of_steps_and_the_command(two_paths: Path, capsys: pytest.Captur
         steps.sequences(100, 101)
 
 
-def test_a_megatron_config_is_refused_not_read_in_gpt_neoxs_order(two_paths: Path) -> None:
-    cfg = dataclasses.replace(load_config([str(two_paths)]), trainer="megatron")
-    with pytest.raises(UserError, match="Megatron-LM's sample order"):
-        StepMap(cfg)
+@pytest.fixture(scope="module")
+def megatron_pack(tmp_path_factory: pytest.TempPathFactory, model: Path, eod: int) -> Path:  # noqa: F811
+    """One pack of 300 documents under a Megatron-LM arguments file of two phases (global steps 1..4 and
+    5..N): the second phase reads every sample of one epoch, which GPT-NeoX's 1.005 surplus could not."""
+    root = tmp_path_factory.mktemp("megatron-lineage")
+    prefix = make_pack(root / "m" / "m", pattern_docs(300, 7, eod))
+    one_epoch = data.IndexSpec(prefix, "train", 0, SEQ, 1234, "packed").one_epoch_samples
+    end = 4 + one_epoch // BATCH
+    return write_args(root / "m.args", model, prefix, root / "ckpt", run=f"--train-samples {end * BATCH}")
+
+
+def test_a_megatron_lm_pack_is_read_in_megatron_lms_order(megatron_pack: Path) -> None:
+    """The second phase's samples are the reference trainer's in Megatron-LM's order: exactly
+    ``train_iters x batch`` samples asked, where GPT-NeoX would ask 0.5% more and read a second epoch."""
+    cfg = load_config([str(megatron_pack)], pack_phase=1)
+    assert (cfg.trainer, cfg.offset) == ("megatron", 4)
+    (spec,) = data.run_train_specs(cfg)
+    assert spec.num_samples == cfg.train_iters * cfg.batch > spec.one_epoch_samples - cfg.batch
+    with pytest.raises(data.EpochError, match="GPT-NeoX would read a second"):
+        data.run_train_specs(dataclasses.replace(cfg, trainer="neox"))
+    spec.ensure()
+    dataset, pack = data.GPTDataset(spec), IndexedDataset(cfg.train_paths[0])
+    steps = StepMap(cfg)
+    for k in range(cfg.train_iters * cfg.batch):
+        tokens, real = dataset.sample(k)
+        read = np.concatenate([np.asarray(pack[d])[a:b] for _, d, a, b in steps.sample_spans(k)])
+        assert np.array_equal(read.astype(np.int64), tokens[:real]), k
+    first = steps.first_steps(0)
+    assert first.min() == 5 and first.max() <= cfg.end  # one epoch: every document is read in the phase
+
+
+def test_megatron_lm_shuffles_a_short_final_epoch_apart(megatron_pack: Path) -> None:
+    """Three epochs of which the last gives under 80% of an epoch: its documents come after the first two
+    epochs' (each epoch's documents once), its samples are shuffled among themselves."""
+    prefix = load_config([str(megatron_pack)], pack_phase=1).train_paths[0]
+    per_epoch = data.IndexSpec(prefix, "train", 0, SEQ, 1234, "packed").one_epoch_samples
+    spec = data.IndexSpec(prefix, "train", 2 * per_epoch + per_epoch // 2, SEQ, 1234, "packed", "megatron")
+    assert spec.epochs() == 3
+    built = spec.build()
+    doc, shuffle, documents = built["doc"], built["shuffle"], len(spec.lengths)
+    assert sorted(doc[-documents:]) == list(range(documents))  # the last epoch, whole, at the end
+    before = data.final_epoch_start(spec.tokens, SEQ, spec.num_samples, 3)
+    assert before is not None and sorted(shuffle[:before]) == list(range(before))
+    neox = dataclasses.replace(spec, trainer="neox").build()
+    assert not np.array_equal(neox["doc"], doc)  # GPT-NeoX shuffles all three epochs together
+    whole = dataclasses.replace(spec, num_samples=3 * per_epoch - 2)  # a full last epoch: shuffled together
+    assert data.final_epoch_start(spec.tokens, SEQ, whole.num_samples, 3) is None
+    assert np.array_equal(whole.build()["doc"], neox["doc"])
+
+
+def test_a_megatron_lm_file_is_read_in_its_packs_phase(megatron_pack: Path) -> None:
+    cfg = load_config([str(megatron_pack)])  # no checkpoint: the first phase
+    assert (cfg.offset, cfg.end) == (0, 4)
+    with pytest.raises(UserError, match="--plan says which"):
+        pack_config(str(megatron_pack), None)
+    with pytest.raises(UserError, match="no phase 2"):
+        load_config([str(megatron_pack)], pack_phase=2)

@@ -23,11 +23,9 @@ as its ``initialize_megatron`` does. Stubbed, each a device call (there is no GP
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -218,13 +216,8 @@ def test_every_megatron_segment_runs_in_megatron_lm(
         given.append(
             {"kind": "eval", "argv": pretrain_argv(command), "load": "", "pack": name, "saved_by": None}
         )
-    env = {"PATH": f"{Path(trainers.python).parent}{os.pathsep}{os.environ['PATH']}"}  # make's python3
-    env["MAKEFLAGS"] = "LIBEXT=" + subprocess.run(  # the suffix of that Python's, not python3-config's
-        [trainers.python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    lock = str(trainers.root.with_name(f"{trainers.root.name}.helpers.lock"))  # beside tests/trainers.py's
-    out = trainers.run("megatron", ["-c", LOOP, json.dumps(given), str(free_port()), lock], env=env)
+    argv = ["-c", LOOP, json.dumps(given), str(free_port()), trainers.helpers_lock]
+    out = trainers.run("megatron", argv, env=trainers.helpers_env())
     assert out.returncode == 0, out.stderr[-4000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     eod = read_json(wf.root / "results" / "train" / names[0] / "keys.json")["eod_id"]

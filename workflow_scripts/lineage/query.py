@@ -46,11 +46,10 @@ from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.lineage.sources import PackSources, document_of
-from workflow_scripts.lineage.steps import StepMap
+from workflow_scripts.lineage.steps import StepMap, pack_config
 from workflow_scripts.tokens.kinds import TokenizerFiles
 from workflow_scripts.tokens.ledger import Ledger, text_hash
 from workflow_scripts.train import checkpoint_dirs
-from workflow_scripts.train.reference.config import load_config
 from workflow_scripts.train.reference.run_config import RunConfig
 
 
@@ -250,7 +249,7 @@ class Lineage:
 
 def answer(args: argparse.Namespace) -> dict[str, Any]:
     plan = Plan.read(args.plan) if args.plan else None
-    lineage = Lineage(load_config([args.config]), plan)
+    lineage = Lineage(pack_config(args.config, plan), plan)
     if args.steps:
         return lineage.of_steps(*parse_range(args.steps))
     if args.doc:

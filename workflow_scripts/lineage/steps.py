@@ -3,11 +3,14 @@
 GPT-NeoX calls the ``.idx``'s sequences documents; with one sequence a document (the tokenizer's default)
 they are the same (``sources.document_of`` maps one to the other).
 
-A pack's GPT-NeoX config decides its reading order: the index mappings of each ``train_data_paths`` entry
+A pack's trainer config decides its reading order: the index mappings of each ``train_data_paths`` entry
 (document, sample and shuffle index) and the blend of the paths, for ``train_iters x train_batch_size``
-samples (``train.reference.data`` computes them as GPT-NeoX does; tests/lineage checks them against
-GPT-NeoX's own code). Local iteration ``i`` reads blended samples ``[i x B, (i + 1) x B)``, and its global
-step, the checkpoint that first holds it, is ``iteration_offset + i + 1``. A packed sample reads its first
+samples (``train.reference.data`` computes them as GPT-NeoX or Megatron-LM does; tests/train/
+test_lineage_compat.py checks them against both trainers' own code). A Megatron-LM arguments file holds
+every pack's phase (``--phase-transition-iterations``); ``pack_config`` reads it in its pack's phase, whose
+dataset is that pack's ``train_iters x global batch`` samples from its first iteration. Local iteration
+``i`` reads blended samples ``[i x B, (i + 1) x B)``, and its global step, the checkpoint that first holds
+it, is ``iteration_offset + i + 1``. A packed sample reads its first
 document from an offset and its last one up to an offset, inclusive (``seq_length + 1`` tokens, overlapping
 the next sample by one); a ``k_bin_packed`` sample (the fork's SFT) reads whole documents. ``StepMap``
 answers both ways with array arithmetic over the mappings, built in memory (nothing is written beside
@@ -16,15 +19,34 @@ the pack).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from workflow_scripts.core.cli import UserError
+from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.train.reference import data
+from workflow_scripts.train.reference.config import load_config
 from workflow_scripts.train.reference.run_config import RunConfig
 
 NEVER = np.iinfo(np.int64).max  # the first step of a sequence no step of the pack reads
+
+
+def pack_config(path: str, plan: Plan | None) -> RunConfig:
+    """A pack's trainer config as lineage reads it; a Megatron-LM arguments file in its pack's phase (the
+    pack's place among the plan's packs, found by the name of its data path), whatever its checkpoints."""
+    if not path.endswith(".args"):
+        return load_config([path])
+    if plan is None:
+        raise UserError(
+            f"{path}: a Megatron-LM arguments file holds every pack's phase; --plan says which is its pack's"
+        )
+    pack = os.path.basename(load_config([path], evaluation=True).train_paths[0])
+    names = [p.name for p in plan.packs]
+    if pack not in names:
+        raise UserError(f"{path}: its data path's pack {pack} is not one of the plan's ({', '.join(names)})")
+    return load_config([path], pack_phase=names.index(pack))
 
 
 @dataclass(frozen=True)
@@ -86,10 +108,6 @@ class StepMap:
     """A pack's steps and documents, both ways, from its run config (``reference.config.load_config``)."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        if cfg.trainer != "neox":  # Megatron-LM's GPTDataset splits, orders and blends its own way
-            raise UserError(
-                f"{cfg.path}: lineage reads GPT-NeoX configs; Megatron-LM's sample order is not built"
-            )
         self.cfg = cfg
         specs = data.run_train_specs(cfg)
         size = cfg.train_iters * cfg.batch

@@ -1,7 +1,7 @@
 """How much of each language and domain the run has read, over global steps and at each checkpoint.
 
 A pack's document counts as read at the first global step that reads any of its tokens, in the trainer's
-order (``lineage.steps.StepMap``, GPT-NeoX's index mappings and blend for the pack's config); its tokens
+order (``lineage.steps.StepMap``, the trainer's index mappings and blend for the pack's config); its tokens
 then count for the language and domain of the source it came from (the plan's rows,
 ``lineage.sources.PackSources``). The share is over the tokens the plan can train from (``available``:
 held-out documents excluded), so 1.0 is one epoch and an upsampled source passes it. Every sample's

@@ -29,6 +29,7 @@ from workflow_scripts.core import train_layout
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.datapacks.plan import Plan
+from workflow_scripts.lineage.steps import pack_config
 from workflow_scripts.report import consumption
 from workflow_scripts.report.charts import (
     Chart,
@@ -39,7 +40,6 @@ from workflow_scripts.report.charts import (
     write_section,
 )
 from workflow_scripts.train import checkpoint_dirs
-from workflow_scripts.train.reference.config import load_config
 
 SEGMENT_COLUMNS = [
     "pack",
@@ -229,9 +229,7 @@ def consumption_chart(configs: list[str], plan: Plan | None) -> Chart:
     """Each language and domain's share of its trainable tokens read by each saved checkpoint."""
     if plan is None or not configs:
         return _nothing("consumption", "no trainer config yet")
-    runs = [load_config([c]) for c in configs]
-    if any(r.trainer != "neox" for r in runs):
-        return _nothing("consumption", "the reading order is built for GPT-NeoX configs")
+    runs = [pack_config(c, plan) for c in configs]
     saved = sorted({s for r in runs if r.save for s in checkpoint_dirs.of(r.trainer).steps(r.save)})
     if not saved:
         return _nothing("consumption", "no checkpoint saved yet")

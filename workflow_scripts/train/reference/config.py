@@ -317,16 +317,21 @@ def _check_values(raw: dict[str, Any], bf16: bool) -> tuple[list[str], str, int]
 
 
 def load_config(
-    paths: Sequence[str], world_size: int = 1, bf16: bool = False, evaluation: bool = False
+    paths: Sequence[str],
+    world_size: int = 1,
+    bf16: bool = False,
+    evaluation: bool = False,
+    pack_phase: int | None = None,
 ) -> RunConfig:
     """Read and check the config(s) for a run of ``world_size`` data-parallel processes (``bf16``: the GPU
-    supports bfloat16; ``evaluation``: for ``--eval-only``, a Megatron-LM run read without its phases)."""
+    supports bfloat16; ``evaluation``: for ``--eval-only``, a Megatron-LM run read without its phases;
+    ``pack_phase``: a Megatron-LM run read in that phase, not its checkpoints')."""
     path = paths[0]
     megatron: dict[str, Any] = {}
     if path.endswith(".args"):
         if len(paths) > 1:
             raise ConfigError(f"{', '.join(paths)}: Megatron-LM takes one arguments file")
-        raw, megatron = megatron_config.read_megatron(path, evaluation)
+        raw, megatron = megatron_config.read_megatron(path, evaluation, pack_phase)
     else:
         raw = neox_config.read_yaml(paths)
     for key in ("pipe_parallel_size", "model_parallel_size"):

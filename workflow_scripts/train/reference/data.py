@@ -1,4 +1,4 @@
-"""GPT-NeoX's datasets over a merged pack: the index mappings, cached beside the pack, and the samples.
+"""The trainers' datasets over a merged pack: the index mappings, cached beside the pack, and the samples.
 
 For ``pack_impl: packed`` (GPT-NeoX's default) a path asked for N samples of ``seq_length + 1`` tokens gets
 
@@ -10,11 +10,18 @@ For ``pack_impl: packed`` (GPT-NeoX's default) a path asked for N samples of ``s
   token and cross document boundaries (GPT-NeoX's ``helpers.build_sample_idx``, vectorised here),
 - a shuffle index: the samples in an order drawn by the same generator (``_build_shuffle_idx``).
 
-They are saved as ``{prefix}_{name}_indexmap_{N}ns_{S}sl_{seed}s_{impl}pi_ac_{doc,sample,shuffle}_idx.npy``,
-GPT-NeoX's names, and reused when all three exist. ``k_bin_packed`` (the LUMI fork's SFT packing) puts whole
-documents into at most 16 open bins of ``seq_length + 1`` tokens (``k_bin_index``); a sample is one bin,
-padded with 0. Several paths are blended by GPT-NeoX's ``build_blending_indices``. A pretraining path whose
-N samples need a second epoch is refused (``EpochError``): that is the plan's single-epoch arithmetic checked
+Megatron-LM's ``GPTDataset`` (``trainer="megatron"``) builds the same three with two differences: a path
+is asked for exactly N samples (no 1.005 surplus: one path is not blended), and when the last of several
+epochs would give under 80% of an epoch's samples, that epoch's documents and samples are shuffled apart
+from the others (``separate_final_epoch``, ``final_epoch_start``).
+
+GPT-NeoX's are saved as ``{prefix}_{name}_indexmap_{N}ns_{S}sl_{seed}s_{impl}pi_ac_{kind}_idx.npy`` (kind:
+doc, sample, shuffle), its names, and reused when all three exist; Megatron-LM's as
+``{prefix}_{name}_megatron_{N}ns_{S}sl_{seed}s_{kind}_idx.npy`` (Megatron-LM caches its own under a hashed
+name). ``k_bin_packed`` (the LUMI fork's SFT packing) puts whole documents into at most 16 open bins of
+``seq_length + 1`` tokens (``k_bin_index``); a sample is one bin, padded with 0. Several paths are blended by
+GPT-NeoX's ``build_blending_indices`` (a Megatron-LM run reads one path a pack). A pretraining path whose N
+samples need a second epoch is refused (``EpochError``): that is the plan's single-epoch arithmetic checked
 independently. Tokens are read from the ``.bin`` by memmap (``IndexedDataset``).
 """
 
@@ -38,6 +45,7 @@ if TYPE_CHECKING:
     from workflow_scripts.train.reference.run_config import RunConfig
 
 K_BINS = 16
+TRAINER_NAMES = {"neox": "GPT-NeoX", "megatron": "Megatron-LM"}
 INDEX_KINDS = ("doc", "sample", "shuffle")
 
 
@@ -66,8 +74,14 @@ def num_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int) -> int:
 # --- the index mappings -------------------------------------------------------------------------------------
 
 
-def build_doc_idx(num_documents: int, epochs: int, rng: np.random.RandomState) -> np.ndarray:
-    """Every document once per epoch, all epochs shuffled together (GPT-NeoX's ``_build_doc_idx``)."""
+def build_doc_idx(
+    num_documents: int, epochs: int, rng: np.random.RandomState, separate_final: bool = False
+) -> np.ndarray:
+    """Every document once per epoch, all epochs shuffled together (GPT-NeoX's ``_build_doc_idx``); with
+    ``separate_final``, the last epoch shuffled apart after the others (Megatron-LM's)."""
+    if separate_final and epochs > 1:
+        first = build_doc_idx(num_documents, epochs - 1, rng)
+        return np.concatenate((first, build_doc_idx(num_documents, 1, rng)))
     doc_idx = np.tile(np.arange(num_documents, dtype=np.int32), epochs)
     rng.shuffle(doc_idx)
     return doc_idx
@@ -88,12 +102,28 @@ def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, to
     return out
 
 
-def build_shuffle_idx(size: int, rng: np.random.RandomState) -> np.ndarray:
-    """``range(size)`` shuffled (GPT-NeoX's ``_build_shuffle_idx``)."""
+def build_shuffle_idx(size: int, rng: np.random.RandomState, first: int | None = None) -> np.ndarray:
+    """``range(size)`` shuffled (GPT-NeoX's ``_build_shuffle_idx``); with ``first``, ``range(first)`` and
+    ``range(first, size)`` each shuffled (Megatron-LM's, for a separate final epoch)."""
     dtype = np.uint32 if size < np.iinfo(np.uint32).max - 1 else np.int64
+    if first is not None and first < size:
+        head, tail = np.arange(first, dtype=dtype), np.arange(first, size, dtype=dtype)
+        rng.shuffle(head)
+        rng.shuffle(tail)
+        return np.concatenate((head, tail))
     shuffle = np.arange(size, dtype=dtype)
     rng.shuffle(shuffle)
     return shuffle
+
+
+def final_epoch_start(tokens: int, seq_length: int, num_samples: int, epochs: int) -> int | None:
+    """The samples before the last epoch when Megatron-LM shuffles that epoch apart (it would give under
+    80% of an epoch's samples), else None (``GPTDataset``'s ``separate_final_epoch``)."""
+    if epochs == 1:
+        return None
+    before = ((epochs - 1) * tokens - 1) // seq_length
+    per_epoch = (tokens - 1) // seq_length
+    return before if num_samples - before < int(0.80 * per_epoch) else None
 
 
 def k_bin_index(
@@ -175,10 +205,14 @@ class IndexSpec:
     seq_length: int
     seed: int
     pack_impl: str
+    trainer: str = "neox"  # whose index building: neox or megatron
 
     @property
     def stem(self) -> str:
-        """GPT-NeoX's file name stem (``allow_chopped`` is true by default: ``_ac``)."""
+        """GPT-NeoX's file name stem (``allow_chopped`` is true by default: ``_ac``), or ours for
+        Megatron-LM's mappings."""
+        if self.trainer == "megatron":
+            return f"{self.prefix}_{self.name}_megatron_{self.num_samples}ns_{self.seq_length}sl_{self.seed}s"
         return (
             f"{self.prefix}_{self.name}_indexmap_{self.num_samples}ns_{self.seq_length}sl_{self.seed}s_"
             f"{self.pack_impl}pi_ac"
@@ -212,9 +246,12 @@ class IndexSpec:
             doc, sample, shuffle, _ = k_bin_index(sizes, self.seq_length, self.num_samples, rng)
         else:
             epochs = self.epochs()
-            doc = build_doc_idx(len(sizes), epochs, rng)
+            final = None
+            if self.trainer == "megatron":
+                final = final_epoch_start(self.tokens, self.seq_length, self.num_samples, epochs)
+            doc = build_doc_idx(len(sizes), epochs, rng, separate_final=final is not None)
             sample = build_sample_idx(sizes, doc, self.seq_length, epochs * self.tokens)
-            shuffle = build_shuffle_idx(len(sample) - 1, rng)
+            shuffle = build_shuffle_idx(len(sample) - 1, rng, first=final)
         return {"doc": doc, "sample": sample, "shuffle": shuffle}
 
     def ensure(self) -> bool:
@@ -328,11 +365,22 @@ def train_specs(
     seq_length: int,
     seed: int,
     pack_impl: str,
+    trainer: str = "neox",
 ) -> list[IndexSpec]:
     """The training paths' index specs, with the single-epoch check of a pretraining (packed) run."""
-    counts = weighted_num_samples(train_iters * batch, weights)
+    if trainer == "megatron":
+        if len(paths) != 1:
+            raise UserError(
+                f"pack {pack}: {len(paths)} --train-data-path prefixes: Megatron-LM blends several with its "
+                "BlendedDataset, which the reference does not implement (the workflow writes one a pack)"
+            )
+        counts, asked = [train_iters * batch], f"Megatron-LM asks {train_iters} x {batch}"
+    else:
+        counts = weighted_num_samples(train_iters * batch, weights)
+        asked = f"GPT-NeoX asks ceil({train_iters} x {batch} x {NEOX_SURPLUS})"
     specs = [
-        IndexSpec(p, "train", n, seq_length, seed, pack_impl) for p, n in zip(paths, counts, strict=True)
+        IndexSpec(p, "train", n, seq_length, seed, pack_impl, trainer)
+        for p, n in zip(paths, counts, strict=True)
     ]
     if pack_impl != "packed":
         return specs  # SFT packs (k_bin_packed) may be read for several epochs
@@ -340,21 +388,20 @@ def train_specs(
         if spec.num_samples > spec.one_epoch_samples:
             most = ""
             if len(specs) == 1:
-                most = (
-                    f"; its single-epoch train_iters is {single_epoch_iters(spec.tokens, seq_length, batch)}"
-                )
+                most = single_epoch_iters(spec.tokens, seq_length, batch, trainer)
+                most = f"; its single-epoch train_iters is {most}"
             raise EpochError(
                 f"pack {pack}: train_iters {train_iters} needs {spec.num_samples} samples of "
-                f"{seq_length + 1} tokens from {spec.prefix} (GPT-NeoX asks ceil({train_iters} x {batch} x "
-                f"{NEOX_SURPLUS})), but its {spec.tokens} tokens give {spec.one_epoch_samples} in one epoch: "
-                f"GPT-NeoX would read a second, shuffled epoch (some documents twice){most}"
+                f"{seq_length + 1} tokens from {spec.prefix} ({asked}), but its {spec.tokens} tokens give "
+                f"{spec.one_epoch_samples} in one epoch: {TRAINER_NAMES[trainer]} would read a second, "
+                f"shuffled epoch (some documents twice){most}"
             )
     return specs
 
 
 def run_train_specs(cfg: RunConfig) -> list[IndexSpec]:
-    """The training paths' specs of a run's config (``train_specs`` with its keys)."""
-    args = (cfg.train_iters, cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl)
+    """The training paths' specs of a run's config (``train_specs`` with its keys and trainer)."""
+    args = (cfg.train_iters, cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl, cfg.trainer)
     return train_specs(cfg.name, cfg.train_paths, cfg.train_weights, *args)
 
 

@@ -57,9 +57,12 @@ MEGATRON_TOKENIZERS = {  # Megatron-LM's tokenizer_type -> the GPT-NeoX one the 
 }
 
 
-def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_megatron(
+    path: str, evaluation: bool = False, pack_phase: int | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """A Megatron-LM arguments file as (the GPT-NeoX keys it maps to, the Megatron-only settings), its
-    phase the one ``load``'s tracker is in (``evaluation``: the whole run)."""
+    phase the one ``load``'s tracker is in (``evaluation``: the whole run; ``pack_phase``: that phase, 0 the
+    first, as lineage reads a pack's file whatever its checkpoints)."""
     with open(path, encoding="utf-8") as f:
         tokens = shlex.split(f.read(), comments=True)
     given: dict[str, Any] = {}
@@ -116,6 +119,10 @@ def read_megatron(path: str, evaluation: bool = False) -> tuple[dict[str, Any], 
     start = 0
     if evaluation:  # train-eval's argv: no phases, whichever checkpoint is evaluated
         transitions = ()
+    elif pack_phase is not None:
+        if not 0 <= pack_phase <= len(transitions):
+            raise ConfigError(f"{path}: no phase {pack_phase}: it has {len(transitions) + 1}")
+        start = (0, *transitions)[pack_phase]
     elif not given.get("finetune") and given.get("load"):
         start = checkpoint_dirs.MEGATRON.latest(str(given["load"])) or 0
     raw["iteration_offset"], end = phase(path, given, transitions, start)
