@@ -19,6 +19,7 @@ import pytest
 
 from tests.trainers import MEGATRON_ARGS, Trainers
 from tests.utils import Workflow
+from workflow_scripts.cli import main as snakepack
 from workflow_scripts.core import train_layout
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.lineage.steps import StepMap, pack_config
@@ -146,12 +147,22 @@ def test_every_samples_documents_are_gpt_neoxs(
 
 
 def test_every_samples_documents_are_megatron_lms(
-    variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
+    variants: dict[str, Workflow],
+    trainers: Trainers,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     wf = variants["megatron"]
     plan = Plan.read(str(wf.root / "results" / "plan.json"))
     cfgs = sorted((pack_config(c, plan) for c in pack_configs(wf)), key=lambda c: c.offset)
     assert [c.offset for c in cfgs] == [p.iteration_offset for p in plan.packs]  # each in its own phase
+    first = cfgs[1].offset + 1  # the command reads the second pack's file in its phase, as pack_config
+    cli = ["lineage", "--config", cfgs[1].path, "--plan", str(wf.root / "results" / "plan.json")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(wf.root)
+        assert snakepack([*cli, "--steps", f"{first}:{first}"]) == 0
+    listed = [(d["sequence"], d["tokens"]) for d in json.loads(capsys.readouterr().out)["documents"]]
+    assert listed == [(r.sequence, r.tokens) for r in StepMap(cfgs[1]).sequences(first, first)]
     phases = [{"argv": megatron.argv(c.path), "iteration": c.offset} for c in cfgs]
     prefix, seed = cfgs[0].train_paths[0], cfgs[0].seed
     per_epoch = data.IndexSpec(prefix, "train", 0, cfgs[0].seq_length, seed, "packed").one_epoch_samples
