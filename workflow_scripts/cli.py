@@ -71,6 +71,9 @@ COMMANDS: dict[str, Command] = {
     "status": _c("train.status", "where the training stands: segments, Slurm, s/iter, ETA, disk, stalls"),
     "audit-packs": _c("datapacks.audit", "every document of every source accounted for by the plan's packs"),
     "lineage": _c("lineage.query", "the documents a pack's steps read; the steps that read a document"),
+    "lineage-index": _c(
+        "lineage.hash_index", "the index of every source's content hashes that lineage reads"
+    ),
     "report": _c("report.build", "the HTML report's plan or data section: charts, tables and a page"),
     "report-training": _c("report.training", "the HTML report's training section, from the trainers' files"),
     "merge": _c("core.dataset_commands", "merge .bin/.idx prefixes in order", "merge_main"),

@@ -22,12 +22,14 @@ tokenized source, document and epoch it was read from (``sources``) and, from th
 that read it and the checkpoints in the config's ``save`` folder that have seen it (saved at or after its
 first step). ``--doc FILE:LINE`` (a raw file, by name, and its line), ``--hash HEX`` and ``--text TEXT``
 (whose hash is looked up) find the documents of the pack's sources in their ledgers, each answered as
-``--source-doc``. ``--source NAME`` (a tokenized source) and ``--file PATH`` (a raw file, by name: its
-documents in every source's ledger) say how many of its documents the config's packs hold and how many the
-steps up to each checkpoint in ``save`` (and up to the pack's end) have read (a document counts once, at
-the first step that reads a token of it: ``StepMap.first_steps``). A source tokenized before
-ledgers were written is a clear error for the queries by raw file, hash or text, and has ``raw`` null in
-``--steps``. The reading order is the trainer's (``steps``).
+``--source-doc``; a hash through the index ``snakemake lineage_index`` writes (``hash_index``: ``--index``,
+by default ``tokenized/hash_index`` in ``--plan``'s folder) where it holds a source as it is, else (no
+index, a ledger changed since) by reading the ledgers, as standard error says. ``--source NAME`` (a
+tokenized source) and ``--file PATH`` (a raw file, by name: its documents in every source's ledger) say how
+many of its documents the config's packs hold and how many the steps up to each checkpoint in ``save`` (and
+up to the pack's end) have read (a document counts once, at the first step that reads a token of it:
+``StepMap.first_steps``). A source tokenized before ledgers were written is a clear error for the queries by
+raw file, hash or text, and has ``raw`` null in ``--steps``. The reading order is the trainer's (``steps``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import orjson
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks.plan import Plan
+from workflow_scripts.lineage import hash_index
 from workflow_scripts.lineage.sources import PackSources, document_of
 from workflow_scripts.lineage.steps import StepMap, pack_config
 from workflow_scripts.tokens.kinds import TokenizerFiles
@@ -239,11 +242,17 @@ class Lineage:
 
     def of_matches(self, query: dict[str, Any], find: Any) -> dict[str, Any]:
         """Each document of the pack's sources that ``find(ledger)`` names, answered as ``--source-doc``."""
-        matches = []
-        for source, prefix in sorted(self.source_prefixes().items()):
-            for doc in find(self.ledger(prefix)):
+        prefixes = self.source_prefixes()
+        return self.of_found(query, {source: find(self.ledger(prefixes[source])) for source in prefixes})
+
+    def of_found(self, query: dict[str, Any], found: dict[str, list[int]]) -> dict[str, Any]:
+        """The documents ``found`` names (source -> its documents), by source name, answered as
+        ``--source-doc``."""
+        prefixes, matches = self.source_prefixes(), []
+        for source in sorted(found):
+            for doc in found[source]:
                 answer = self.of_source_document(source, doc)
-                matches.append({**answer, **self.raw(prefix, doc)})
+                matches.append({**answer, **self.raw(prefixes[source], doc)})
         return {"query": query, "matches": matches}
 
 
@@ -271,8 +280,9 @@ def answer(args: argparse.Namespace) -> dict[str, Any]:
         return lineage.of_file(args.file)
     if args.hash or args.text is not None:
         value = parse_hash(args.hash) if args.hash else text_hash(args.text)
-        query = {"hash": f"{value:016x}"}
-        return lineage.of_matches(query, lambda ledger: ledger.with_hash(value))
+        index = args.index or os.path.join(os.path.dirname(args.plan), *hash_index.BESIDE_PLAN)
+        found = hash_index.find(value, lineage.source_prefixes(), lineage.ledger, index)
+        return lineage.of_found({"hash": f"{value:016x}"}, found)
     return lineage.of_source_document(*split_number("--source-doc", args.source_doc))
 
 
@@ -280,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the pack's trainer config (GPT-NeoX YAML)")
     parser.add_argument("--plan", help="plan.json (with its table beside it): name the sources")
+    parser.add_argument(
+        "--index", help="the hash index for --hash/--text (default: tokenized/hash_index beside --plan)"
+    )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--steps", help="N:M, global steps (both included)")
     what.add_argument(
