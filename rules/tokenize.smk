@@ -163,3 +163,19 @@ rule count:
     shell:
         "python -m workflow_scripts count --prefixes @{input:q} --links-dir {output.links:q}"
         " --signature {output.signature:q} > {log:q} 2>&1"
+
+
+# The lineage hash index (not in `all`: `snakemake lineage_index`): every source's content hashes, bucketed and
+# sorted, which `snakepack lineage --hash/--text` reads instead of every ledger (workflow_scripts/lineage/
+# hash_index.py). The signature is rewritten whenever a tokenized prefix (and its ledger) is, so this reruns.
+rule lineage_index:
+    input:
+        f"{TOK}/signature.json",
+    output:
+        directory(f"{TOK}/hash_index"),
+    log:
+        f"{LOGS}/lineage_index.log",
+    conda:
+        "../envs/data.yaml"
+    shell:
+        "python -m workflow_scripts lineage-index --signature {input:q} --output {output:q} > {log:q} 2>&1"

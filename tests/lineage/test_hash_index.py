@@ -1,5 +1,6 @@
 """The lineage hash index (lineage/hash_index.py): it equals a brute-force dict of every source's ledger
-hashes, and ``snakepack lineage --hash/--text`` answers the same with it, without it and with it stale."""
+hashes, and ``snakepack lineage --hash/--text`` answers the same with it, without it and with it stale; the
+workflow's ``lineage_index`` rule writes it for the sample."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 
 from tests.lineage.test_raw import lineage, pack_and_config, text_of, write_ledgers
 from tests.train.conftest import model  # noqa: F401 (a fixture)
+from tests.utils import Workflow
 from workflow_scripts.cli import main as snakepack
+from workflow_scripts.core.fsio import read_json
 from workflow_scripts.lineage import hash_index
 from workflow_scripts.tokens.ledger import Ledger, LedgerBuilder, save, text_hash, write_unknown
-
-pytestmark = pytest.mark.fast
 
 
 def write_ledger(prefix: Path, hashes: list[int]) -> dict:
@@ -55,6 +56,7 @@ def files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+@pytest.mark.fast
 def test_the_index_equals_a_brute_force_dict(tmp_path: Path) -> None:
     signature = sources(tmp_path)
     expected = brute_force(signature)
@@ -81,6 +83,7 @@ def test_the_index_equals_a_brute_force_dict(tmp_path: Path) -> None:
     assert files(out) == first, "the same bytes"
 
 
+@pytest.mark.fast
 def test_a_ledger_that_disagrees_with_the_signature_is_an_error(tmp_path: Path) -> None:
     signature = [write_ledger(tmp_path / "en_web_0", [1, 2, 3])]
     signature[0]["documents"] = 4
@@ -115,6 +118,7 @@ def rewrite(prefix: str, ledger: Ledger, hashes: np.ndarray, mtime_ns: int) -> N
     os.utime(ledger.path, ns=(mtime_ns, mtime_ns))
 
 
+@pytest.mark.fast
 def test_lookups_with_and_without_the_index_and_with_a_stale_one(
     tmp_path: Path,
     model: Path,  # noqa: F811
@@ -155,3 +159,24 @@ def test_lookups_with_and_without_the_index_and_with_a_stale_one(
     new = lineage(capsys, *args, "--text", "a new text")
     assert [(m["source"], m["source_document"]) for m in new["matches"]] == [("de_web_a", 3)]
     assert lineage(capsys, *args, "--text", texts[0]) == scanned[0]
+
+
+def test_the_workflow_writes_the_index_of_the_sample(
+    sample_run: Workflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wf = sample_run.clone(tmp_path / "wf")
+    wf.ok("lineage_index", "--cores", "1")
+    assert "Nothing to be done" in wf.ok("-n", "lineage_index")
+    monkeypatch.chdir(wf.root)  # the signature's prefixes are relative to it
+    signature = read_json("results/tokenized/signature.json")["prefixes"]
+    index = hash_index.HashIndex.open("results/tokenized/hash_index")
+    assert index is not None and [s["prefix"] for s in index.sources] == [s["prefix"] for s in signature]
+    expected = brute_force(signature)
+    assert expected and all(index.lookup(value) == where for value, where in expected.items())
+
+    args = ("--config", "results/train/main_1/main_1.yml", "--plan", "results/plan.json")
+    read = lineage(capsys, *args, "--steps", "12:12")["documents"]
+    for value in sorted({d["hash"] for d in read if d["hash"]})[:3]:
+        got, err = answer(capsys, *args, "--hash", value)
+        assert got["matches"] and not err
+        assert answer(capsys, *args, "--hash", value, "--index", "none")[0] == got

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from workflow_scripts.core import naming
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import atomic_dir, dumps_json, fsync_path, read_json
 from workflow_scripts.tokens.ledger import Ledger, ledger_path
@@ -118,7 +119,7 @@ def build(
             if len(hashes) >> DOC_BITS:
                 raise UserError(f"{path}: more than 2**{DOC_BITS} documents")
             spill.add(hashes, np.uint64(number << DOC_BITS) | np.arange(len(hashes), dtype=np.uint64))
-            entry = {"name": source["name"], "prefix": source["prefix"], "ledger": path}
+            entry = {"name": naming.source_name(source["name"]), "prefix": source["prefix"], "ledger": path}
             listed.append({**entry, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
         spill.flush()
         counts = []
