@@ -1,6 +1,7 @@
 """Stages 3-4, tokenize and count. Reads the deduplicated (or ingested) shards; writes the tokenizer (when
 none is given), ``tokenized/{shard}_text_document.bin/.idx`` (+ stats, quarantine, lineage ledger), ``tokenized/stats.json``,
-the count-named links ``tokenized/counted/..._dc=_sc=_tc=`` and ``tokenized/signature.json``. The user's
+the count-named links ``tokenized/counted/..._dc=_sc=_tc=``, ``tokenized/signature.json`` and, when asked for
+(``lineage_index``), ``tokenized/hash_index``. The user's
 ``tokenized_sources`` enter here, verified and linked as ``tokenized/{group}_split_{source}-{NNNN}_text_document``.
 """
 
