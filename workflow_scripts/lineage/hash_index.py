@@ -109,8 +109,8 @@ def build(
         spill = _Spill(tmp, bits, buffer_entries)
         for number, source in enumerate(signature):
             ledger = Ledger.read(source["prefix"])  # an error names a prefix without one
+            stat = os.stat(ledger.path)  # before the hashes: a ledger rewritten meanwhile reads as changed
             path, hashes = ledger.path, ledger.hashes
-            stat = os.stat(path)
             if len(hashes) not in (0, int(source["documents"])):
                 raise UserError(
                     f"{path}: {len(hashes)} hashes for {source['documents']} documents of {source['prefix']} "
