@@ -159,3 +159,32 @@ def test_how_much_of_a_source_and_of_a_raw_file_each_checkpoint_read(
             assert got["fraction"] == round(len(expected) / total, 6)
         assert 0 < pack["checkpoints"][0]["read"] < pack["end"]["read"]
     assert snakepack(["lineage", *args, "--source", "xx_none"]) == 2
+
+
+def test_several_configs_answer_each_pack(
+    tmp_path: Path,
+    model: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every pack's config at once: which packs hold a document, and a range of steps across a pack
+    boundary split between the two packs."""
+    plan = plan_for(tmp_path, shuffle=True, sequences=1)
+    plan_json = write_plan(plan, tmp_path / "plan.json")
+    _, first, iters = trained_pack(plan, 0, model, tmp_path, 0)
+    _, second, _ = trained_pack(plan, 1, model, tmp_path, iters)
+    write_ledgers(tmp_path)
+    held_first = PackSources.of_plan(plan, plan.packs[0].name).source_of(0)
+    configs, text = [str(first), str(second)], text_of(held_first.source, held_first.doc)
+    each = [lineage(capsys, "--config", c, "--plan", str(plan_json), "--text", text) for c in configs]
+    both = lineage(capsys, "--config", *configs, "--plan", str(plan_json), "--text", text)
+    assert both == {"packs": [{"config": c, **a} for c, a in zip(configs, each, strict=True)]}
+    held = [p["config"] for p in both["packs"] for m in p["matches"] for q in m["packs"] if q["documents"]]
+    assert held[0] == configs[0]  # the first pack's first document
+    steps = lineage(capsys, "--config", *configs, "--plan", str(plan_json), "--steps", f"{iters}:{iters + 1}")
+    assert [(p["config"], p["steps"]) for p in steps["packs"]] == [
+        (configs[0], [iters, iters]),
+        (configs[1], [iters + 1, iters + 1]),
+    ]
+    assert snakepack(["lineage", "--config", *configs, "--steps", "0:0"]) == 2
+    assert "no step of the configs' packs" in capsys.readouterr().err
+    assert snakepack(["lineage", "--config", *configs, "--doc", "0:3"]) == 2

@@ -11,6 +11,7 @@ Usage::
     snakepack lineage --config C --plan results/plan.json --text "the document's text"
     snakepack lineage --config C --plan results/plan.json --source en_web_news_split_0007   # how much read
     snakepack lineage --config C --plan results/plan.json --file vendor_0003.jsonl.gz
+    snakepack lineage --config results/train/*/*.yml --plan results/plan.json --hash 3f2a...e1  # every pack
 
 Each answer is JSON on standard output. ``--steps N:M`` (global steps, both included) lists every sequence
 read with its path, its number in that ``.idx``, the tokens read of it and an excerpt (its first tokens,
@@ -29,7 +30,10 @@ tokenized source) and ``--file PATH`` (a raw file, by name: its documents in eve
 many of its documents the config's packs hold and how many the steps up to each checkpoint in ``save`` (and
 up to the pack's end) have read (a document counts once, at the first step that reads a token of it:
 ``StepMap.first_steps``). A source tokenized before ledgers were written is a clear error for the queries by
-raw file, hash or text, and has ``raw`` null in ``--steps``. The reading order is the trainer's (``steps``).
+raw file, hash or text, and has ``raw`` null in ``--steps``. The reading order is the trainer's (``steps``;
+a Megatron-LM arguments file needs ``--plan``: ``steps.pack_config``). Several ``--config`` files (every
+pack's: which packs hold a document) answer as ``packs``, one answer each with its ``config``; ``--steps``
+there lists the packs whose steps the range overlaps, each with its part of the range.
 """
 
 from __future__ import annotations
@@ -256,9 +260,9 @@ class Lineage:
         return {"query": query, "matches": matches}
 
 
-def answer(args: argparse.Namespace) -> dict[str, Any]:
-    plan = Plan.read(args.plan) if args.plan else None
-    lineage = Lineage(pack_config(args.config, plan), plan)
+def answer(args: argparse.Namespace, lineage: Lineage) -> dict[str, Any]:
+    """The query's answer for one pack's config."""
+    plan = lineage.plan
     if args.steps:
         return lineage.of_steps(*parse_range(args.steps))
     if args.doc:
@@ -286,9 +290,37 @@ def answer(args: argparse.Namespace) -> dict[str, Any]:
     return lineage.of_source_document(*split_number("--source-doc", args.source_doc))
 
 
+def answers(args: argparse.Namespace) -> dict[str, Any]:
+    """One config's answer as it is; several configs' as ``packs``, one answer each (``--steps``: of the
+    packs whose steps it overlaps, each its own part of the range)."""
+    plan = Plan.read(args.plan) if args.plan else None
+    runs = [Lineage(pack_config(config, plan), plan) for config in args.config]
+    if len(runs) == 1:
+        return answer(args, runs[0])
+    if args.doc and isinstance(parse_doc(args.doc, runs[0].cfg.train_paths)[0], int):
+        raise UserError(f"--doc {args.doc}: a sequence of one pack's .idx: give that pack's --config alone")
+    if not args.steps:
+        return {"packs": [{"config": run.cfg.path, **answer(args, run)} for run in runs]}
+    first, last = parse_range(args.steps)
+    packs = []
+    for run in sorted(runs, key=lambda r: r.cfg.offset):
+        lo, hi = max(first, run.cfg.offset + 1), min(last, run.cfg.end)
+        if lo <= hi:
+            packs.append({"config": run.cfg.path, **run.of_steps(lo, hi)})
+    if not packs:
+        spans = ", ".join(f"{r.cfg.offset + 1} to {r.cfg.end}" for r in runs)
+        raise UserError(f"--steps {args.steps}: no step of the configs' packs ({spans})")
+    return {"packs": packs}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the pack's trainer config (GPT-NeoX YAML)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        nargs="+",
+        help="a pack's trainer config (GPT-NeoX YAML or Megatron-LM .args), or several: each pack answered",
+    )
     parser.add_argument("--plan", help="plan.json (with its table beside it): name the sources")
     parser.add_argument(
         "--index", help="the hash index for --hash/--text (default: tokenized/hash_index beside --plan)"
@@ -304,5 +336,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     what.add_argument("--source", help="NAME, a tokenized source: how much of it was read (with --plan)")
     what.add_argument("--file", help="PATH, a raw file: how much of it was read (with --plan)")
     args = parser.parse_args(argv)
-    sys.stdout.buffer.write(orjson.dumps(answer(args), option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.buffer.write(orjson.dumps(answers(args), option=orjson.OPT_INDENT_2) + b"\n")
     return 0
