@@ -70,9 +70,7 @@ LISTS = lists.Lists(f"{DEDUP_WORK}/sig", CORPUS, TOK, config["dedup"]["enabled"]
 LIST_KIND = {folder.removeprefix(f"{OUT}/"): kind for kind, folder in LISTS.folders.items()}
 TRAIN_INPUTS = TrainInputs.of(config, TRAIN_LAYOUT, MERGED, TRAIN_CONFIG_EXT, CHECKPOINTS)  # train/rule_inputs.py
 # Each report section's chart captions (its inputs) and files (its outputs), by section (report/layout.py).
-REPORT_CAPTIONS, REPORT_OUTPUTS = report_layout.rule_files(
-    workflow.basedir, REPORT, report, bool(config["train"]["base_config"]), config["dedup"]["enabled"]
-)
+REPORT_CAPTIONS, REPORT_OUTPUTS = report_layout.rule_files(workflow.basedir, REPORT, report, config)
 
 
 def group_shards(group):

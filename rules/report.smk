@@ -23,10 +23,13 @@ rule report_plan:
     params:
         out_dir=lambda wildcards, output: os.path.dirname(output.page),
         configs=lambda wildcards, input: f"--configs {shlex.quote(input.configs)}" if input.configs else "",
+        # datapacks.exclude set: the excluded chart is declared (report/layout.py), so always written
+        excluded=lambda wildcards, output: "--excluded" if "excluded_chart" in output.keys() else "",
     conda:
         "../envs/report.yaml"
     shell:
         "python -m workflow_scripts report plan --plan {input.plan:q} --mixtures {input.mixtures:q} {params.configs}"
+        " {params.excluded}"
         " --captions {input.captions:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 

@@ -206,3 +206,26 @@ def test_the_epochs_chart_of_many_sources_has_a_row_per_group(tmp_path: Path) ->
     assert table["main"].to_dict() == pytest.approx(highest)
     assert table["read_again"].to_dict() == {g: e > 1 for g, e in highest.items()}
     assert chart.figure.get_figheight() < 5
+
+
+@pytest.mark.parametrize("phases", [[], [{"name": "main", "tokens": 20_000, "mixture": "main"}]])
+def test_the_excluded_chart_is_written_when_asked_even_without_documents(
+    tmp_path: Path, phases: list
+) -> None:
+    """``datapacks.exclude`` set (a file that lists none, or a plan without packs): the rule declares the
+    excluded chart, so it is written, saying none were taken out; not asked, it is not."""
+    lengths = {name: np.full(300, 100, dtype=np.int32) for name in ("en_web_a", "de_news_a")}
+    signature = [{"prefix": n, "name": n, "lang": n[:2], "domain": n[3:7], "tokens": 30_000} for n in lengths]
+    config = {
+        "seed": 1,
+        "training": {"seq_length": 128, "global_batch_size": 4},
+        "datapacks": {"max_iters_per_pack": 50, "validation_tokens": 500, "phases": phases},
+        "mixtures": {"main": {"lang_prob": {"en": 0.5, "de": 0.5}}},
+    }
+    plan = Plan.from_dict(make_plan(PlanSettings.from_config(config), signature, lengths.__getitem__))
+    assert "excluded" not in [c.name for c in plan_charts.charts(plan, {}, None)]
+    made = plan_charts.charts(plan, {}, None, excluded_chart=True)
+    assert made[-1].name == "excluded" and made[-1].table.empty
+    write_section(tmp_path, "Plan", made, {})
+    assert (tmp_path / "excluded.png").read_bytes().startswith(b"\x89PNG")
+    assert made[-1].figure.axes[0].texts[0].get_text() == plan_charts.NONE_EXCLUDED

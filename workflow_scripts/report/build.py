@@ -5,7 +5,7 @@ report-training`` (``training``: it reads the trainer configs, in the train stag
 Usage::
 
     snakepack report plan --plan plan.json --mixtures mixtures/*.json [--configs train/configs.csv] \\
-        --captions report/plan/*.rst --out-dir results/report/plan
+        [--excluded] --captions report/plan/*.rst --out-dir results/report/plan
     snakepack report data --ingest shards/stats.json [--dedup dedup/stats.json --dedup-report R] \\
         --tokenize tokenized/stats.json --signature tokenized/signature.json --plan plan.json ...
 """
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--plan", required=True)
     plan.add_argument("--mixtures", nargs="*", default=[], help="mixtures/{name}.json")
     plan.add_argument("--configs", help="train/configs.csv (the checkpoint chart)")
+    plan.add_argument("--excluded", action="store_true", help="the excluded chart (datapacks.exclude is set)")
     data = sections.add_parser("data", parents=[common], help="funnel, dedup, document lengths, quarantine")
     for stage in ("ingest", "dedup", "dedup-report", "tokenize", "signature", "plan"):
         data.add_argument(f"--{stage}", help=f"the {stage} JSON (left out: its charts are left out)")
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         mixtures = {os.path.basename(m).removesuffix(".json"): read_json(m) for m in args.mixtures}
         configs = pd.read_csv(args.configs) if args.configs else None
-        made = plan.charts(Plan.read(args.plan), mixtures, configs)
+        made = plan.charts(Plan.read(args.plan), mixtures, configs, args.excluded)
     else:
         from workflow_scripts.report import data
 

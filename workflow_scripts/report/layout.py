@@ -11,11 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 
-def chart_names(trainer_configs: bool, dedup: bool) -> dict[str, list[str]]:
-    """The charts of each section: the checkpoints chart with trainer configs, the dedup charts with dedup."""
+def chart_names(trainer_configs: bool, dedup: bool, excluded: bool = False) -> dict[str, list[str]]:
+    """The charts of each section: the checkpoints chart with trainer configs, the dedup charts with dedup,
+    the excluded chart with documents taken out (``datapacks.exclude`` set)."""
     return {
         "plan": ["schedule", "tokens_by_language", "tokens_by_domain", "epochs", "mixture"]
-        + (["checkpoints"] if trainer_configs else []),
+        + (["checkpoints"] if trainer_configs else [])
+        + (["excluded"] if excluded else []),
         "data": [
             "funnel",
             *(["dedup_clusters", "dedup_removal"] if dedup else []),
@@ -27,11 +29,15 @@ def chart_names(trainer_configs: bool, dedup: bool) -> dict[str, list[str]]:
 
 
 def rule_files(
-    basedir: str, root: str, report: Callable[..., Any], trainer_configs: bool, dedup: bool
+    basedir: str, root: str, report: Callable[..., Any], config: dict[str, Any]
 ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]]]:
     """Each section's caption files (its rule's inputs) and named outputs (``report``: Snakemake's
-    ``report()``, see :func:`marker`), for the charts of :func:`chart_names`."""
-    charts = chart_names(trainer_configs, dedup)
+    ``report()``, see :func:`marker`), for the charts of :func:`chart_names` that ``config`` asks for."""
+    charts = chart_names(
+        bool(config["train"]["base_config"]),
+        config["dedup"]["enabled"],
+        bool(config["datapacks"].get("exclude")),  # a list, or a file listing them (known at parse time)
+    )
     found = {s: captions(basedir, s, c) for s, c in charts.items()}
     return found, {s: outputs(root, s, c, marker(report, s)) for s, c in charts.items()}
 

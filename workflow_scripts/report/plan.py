@@ -179,25 +179,24 @@ def checkpoints(plan: Plan, configs: pd.DataFrame) -> Chart:
     return Chart("checkpoints", "Slurm segments, hours and checkpoint disk", fig, table)
 
 
+NONE_EXCLUDED = "no documents taken out: datapacks.exclude lists none"
+
+
 def excluded(plan: Plan) -> Chart:
     """The documents taken out (``datapacks.exclude``) per source: how many, how many of them are held out
     for validation (they stay there), and the started packs that hold some (their checkpoints saw them)."""
-    table = pd.DataFrame(
-        [
-            {
-                "source": e.source,
-                "documents": len(e.documents),
-                "held_out": len(e.documents) - len(e.places),
-                "started_packs": ", ".join(e.started_packs),
-            }
-            for e in plan.excluded
-        ]
-    )
+    rows = [
+        (e.source, len(e.documents), len(e.documents) - len(e.places), ", ".join(e.started_packs))
+        for e in plan.excluded
+    ]
+    table = pd.DataFrame(rows, columns=["source", "documents", "held_out", "started_packs"])
     held = sorted({pack for e in plan.excluded for pack in e.started_packs})
     text = (
         f"{int(table['documents'].sum())} documents of {len(table)} sources taken out of the packs"
         " planned now\n"
         f"started packs that hold some (their checkpoints saw them): {', '.join(held) or 'none'}"
+        if rows
+        else NONE_EXCLUDED
     )
     return Chart("excluded", "Documents taken out (datapacks.exclude)", message_figure(text), table)
 
@@ -213,14 +212,21 @@ TITLES = {  # each chart's title, for a plan without packs
 }
 
 
-def charts(plan: Plan, mixtures: dict[str, dict[str, Any]], configs: pd.DataFrame | None) -> list[Chart]:
-    """Every chart of the plan section (the checkpoint chart only with the trainer configs); a plan without
-    packs gets each chart as a line that says so."""
+def charts(
+    plan: Plan,
+    mixtures: dict[str, dict[str, Any]],
+    configs: pd.DataFrame | None,
+    excluded_chart: bool = False,
+) -> list[Chart]:
+    """Every chart of the plan section (the checkpoint chart only with the trainer configs, the excluded
+    chart only with ``excluded_chart``: ``datapacks.exclude`` is set); a plan without packs gets each other
+    chart as a line that says so."""
+    more = [excluded(plan)] if excluded_chart else []
     if not plan.packs:
         names = list(TITLES) if configs is not None else list(TITLES)[:-1]
         return [
             Chart(n, TITLES[n], message_figure(NO_PACKS), pd.DataFrame({"note": [NO_PACKS]})) for n in names
-        ]
+        ] + more
     made = [
         schedule(plan),
         stacked_tokens(plan, "lang"),
@@ -230,6 +236,4 @@ def charts(plan: Plan, mixtures: dict[str, dict[str, Any]], configs: pd.DataFram
     ]
     if configs is not None:
         made.append(checkpoints(plan, configs))
-    if plan.excluded:
-        made.append(excluded(plan))
-    return made
+    return made + more
