@@ -108,3 +108,52 @@ def test_exclude_by_hash_and_raw_line_rebuilds_only_the_unstarted_specs(tmp_path
     listing.write_text("\n".join(exclude) + "\n")
     plan_json = plan_command(tmp_path, mixture, exclude=str(listing))
     assert specs_of(plan_json) == after, "a file listing them: the same plan, nothing rewritten"
+
+
+def test_taking_an_entry_back_out_of_exclude_after_its_packs_started_is_refused_saying_why(
+    tmp_path: Path,
+) -> None:
+    """An entry removed from ``exclude`` once a pack planned without its document has started: refused,
+    naming the entry, the started packs planned without it, and the two ways on."""
+    with_ledgers(tmp_path)
+    mixture = {"lang_prob": {"en": 0.6, "de": 0.4}}
+    plan_json = plan_command(tmp_path, mixture)
+    later = read_json(plan_json.parent / "specs" / "main_3.json")["slices"]
+    doc = next(s for s in later if s["source"] == "en_web_a")["ranges"][0][1] + 1  # inside main_3
+    entries = [f"en.jsonl:{doc + 1}", f"{1000 + doc + 2:016x}"]
+    plan_json = plan_command(tmp_path, mixture, exclude=entries)
+    write_json(tmp_path / "train" / "main_3" / "segments" / "1.json", {"pack": "main_3"})
+    before = specs_of(plan_json)
+    with pytest.raises(UserError) as refused:
+        plan_command(tmp_path, mixture, exclude=entries[1:])
+    message = str(refused.value)
+    assert f"datapacks.exclude no longer lists en.jsonl:{doc + 1} (hash {1000 + doc:016x})" in message
+    assert "started pack main_3 was planned without it" in message, message
+    assert entries[1] not in message, "the entry still listed is not named"
+    assert "keep the entry" in message and "datapacks.replan_started: true" in message
+    assert specs_of(plan_json) == before, "nothing written"
+    with pytest.raises(
+        UserError,
+        match=rf"en.jsonl:{doc + 1} .*, en.jsonl:{doc + 3} \(hash {entries[1]}\) \(source en_web_a\)",
+    ):
+        plan_command(tmp_path, mixture, exclude=[])
+    assert specs_of(plan_command(tmp_path, mixture, exclude=entries[::-1])) == before
+
+
+def test_excluding_a_document_only_started_packs_hold_changes_no_pack(tmp_path: Path) -> None:
+    """The reverse: a document that only started packs hold is taken out of none (their bytes stay), no
+    other pack changes, and plan.md and the report name the started pack that holds it."""
+    with_ledgers(tmp_path)
+    mixture = {"lang_prob": {"en": 0.6, "de": 0.4}}
+    plan_json = plan_command(tmp_path, mixture)
+    write_json(tmp_path / "train" / "main_1" / "segments" / "1.json", {"pack": "main_1"})
+    first = read_json(plan_json.parent / "specs" / "warmup_0.json")["slices"]
+    doc = next(s for s in first if s["source"] == "en_web_a")["ranges"][0][1]
+    before = specs_of(plan_json)
+    plan_json = plan_command(tmp_path, mixture, exclude=[f"{1000 + doc:016x}"])
+    assert specs_of(plan_json) == before
+    assert "warmup_0" in (plan_json.parent / "plan.md").read_text().split("**Excluded**")[1]
+    table = plan_report.excluded(Plan.read(plan_json)).table
+    assert table.to_dict("records") == [
+        {"source": "en_web_a", "documents": 1, "held_out": 0, "started_packs": "warmup_0"}
+    ]

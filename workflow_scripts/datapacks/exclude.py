@@ -4,7 +4,8 @@ An entry is a document's content hash (16 hex digits, as ``snakepack lineage`` p
 line as ``FILE:LINE`` (the raw file's name, or its base name, and the 1-based line); the setting is a list
 of them or the path of a file listing them, one a line (blank lines and ``#`` comments skipped). ``resolve``
 finds every entry's documents in every source, once, when the plan runs; an entry that matches no document
-is an error naming it (a typo would otherwise leave a document in).
+is an error naming it (a typo would otherwise leave a document in). ``names`` gives documents the entries
+that name them, for the refusal of a plan that no longer excludes what a started pack was planned without.
 """
 
 from __future__ import annotations
@@ -77,3 +78,18 @@ def resolve(setting: str | Sequence[str] | None, signature: list[dict[str, Any]]
             "ledgers (snakepack lineage --doc/--hash finds a document's entry)"
         )
     return out
+
+
+def names(
+    signature: list[dict[str, Any]], source: str, documents: Sequence[int], most: int = 10
+) -> list[str]:
+    """The entries that name ``documents`` of ``source`` (the plan's name), from its ledger: ``FILE:LINE
+    (hash H)`` each (what the ledger knows of it), the first ``most`` and how many more."""
+    entry = next(e for e in signature if naming.source_name(e["name"]) == source)
+    ledger = Ledger.read(entry["prefix"])
+    out = []
+    for doc in documents[:most]:
+        at = ledger.position(doc)
+        where = f"{at.file}:{at.line}" if at.file else f"document {doc}"
+        out.append(f"{where} (hash {at.hash})" if at.hash else where)
+    return out + ([f"{len(documents) - most} more"] if len(documents) > most else [])

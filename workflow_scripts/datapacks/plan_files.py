@@ -28,7 +28,7 @@ from workflow_scripts.core.indexed_dataset import IndexedDataset
 from workflow_scripts.datapacks import audit, exclude, plan_table, started
 from workflow_scripts.datapacks.iterations import NO_ESTIMATE
 from workflow_scripts.datapacks.plan import Plan
-from workflow_scripts.datapacks.planner import PlanError, make_plan
+from workflow_scripts.datapacks.planner import PlanError, Unexcluded, make_plan
 from workflow_scripts.datapacks.settings import PlanSettings
 from workflow_scripts.datapacks.specs import write_specs
 
@@ -318,7 +318,10 @@ def write_plan(args: argparse.Namespace) -> None:
     if args.train_dir and not settings.datapacks.replan_started:
         kept = started.kept_packs(args.specs_dir, args.train_dir)
     excluded = exclude.resolve(settings.datapacks.exclude, signature)
-    raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept, excluded)
+    try:
+        raw = make_plan(settings, signature, lambda prefix: IndexedDataset(prefix).lengths, kept, excluded)
+    except Unexcluded as refused:  # named as the entries were: raw file and line, hash
+        raise refused.named({s: exclude.names(signature, s, d) for s, d in refused.skipped.items()}) from None
     add_trainer_settings(raw, args.merged_dir)
     add_training(raw, config)
     plan = Plan.from_dict(raw)

@@ -25,7 +25,8 @@ seconds, and it is exact: the pack writer (``packer``) later copies exactly the 
 * Packs kept (``Kept``: those up to the last one whose training started) are not planned again: their rows
   are read again as they were, each source's cursor moving as they say, and the packs after them are
   planned from there with the mixtures and phases as they are now (a re-mix). A change that would alter a
-  kept pack (its place, budget, a source it reads or what training may read of it) is refused, naming it.
+  kept pack (its place, budget, a source it reads or what training may read of it) is refused, naming it;
+  one that no longer excludes documents it was planned without names them (``Unexcluded``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,25 @@ class Kept:
             f"pack {self.name} has started training ({self.why}) and the new configuration changes it: "
             f"{reason}. Keep what changes it, or set datapacks.replan_started: true to plan it again anyway "
             "(its checkpoints were then trained on other data)"
+        )
+
+
+class Unexcluded(PlanError):
+    """A kept pack was planned without documents that ``exclude`` no longer names: ``skipped``, source ->
+    their own numbers; ``named`` says so with their names (``exclude.names``: raw file and line, hash)."""
+
+    def __init__(self, pack: Kept, skipped: dict[str, list[int]]) -> None:
+        self.pack, self.skipped = pack, skipped
+        super().__init__(self.named({s: [f"document {d}" for d in docs] for s, docs in skipped.items()}))
+
+    def named(self, names: Mapping[str, Sequence[str]]) -> PlanError:
+        listed = [f"{', '.join(n)} (source {s})" for s, n in names.items()]
+        count = sum(len(n) for n in names.values())
+        return PlanError(
+            f"datapacks.exclude no longer lists {'; '.join(listed)}: started pack {self.pack.name} was "
+            f"planned without {'it' if count == 1 else 'them'} ({self.pack.why}). To go on, keep the entry "
+            "in datapacks.exclude, or set datapacks.replan_started: true to plan the started packs again "
+            "(their checkpoints were then trained on other data)"
         )
 
 
@@ -165,6 +185,21 @@ class Source:
             at = Cursor(at.epoch + 1, 0) if at.doc + 1 == self.documents else Cursor(at.epoch, at.doc + 1)
         if (at.epoch, at.doc) == (epoch, doc):
             self.cursor, self.shift = at, self.shift - shift
+
+    def unexcluded(self, epoch: int, doc: int) -> list[int]:
+        """The documents (own numbers) at the places from the cursor up to ``epoch:doc`` that are not
+        excluded: those a kept pack planned without them skipped; none when ``epoch:doc`` is not ahead."""
+        at = self.cursor
+        if (epoch, doc) <= (at.epoch, at.doc) or doc > self.documents:
+            return []
+        if epoch == at.epoch:
+            places = np.arange(at.doc, doc)
+        elif epoch == at.epoch + 1:
+            places = np.union1d(np.arange(at.doc, self.documents), np.arange(doc))
+        else:
+            places = np.arange(self.documents)
+        places = places if self.excluded is None else np.setdiff1d(places, self.excluded)
+        return sorted((places if self.order is None else self.order[places]).tolist())
 
     def exclude(self) -> np.ndarray:
         """Read none of the ``excluded`` places from now on: they hold no tokens, and the ranges ``take``
@@ -675,6 +710,7 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
             f"the phases now plan pack {index} as {name} of {tokens} tokens (budget {kept.budget})"
         )
     changed = "what training may read of it changed (the hold-out, or its content)"
+    skipped: dict[str, list[int]] = {}  # documents it was planned without that exclude no longer names
     for row in kept.slices:
         src = sources.get(row["source"])
         if src is None or src.prefix != row["prefix"]:
@@ -684,6 +720,9 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
         epochs_before, taken = round(src.epochs(), 6), 0
         for epoch, start, stop in row["ranges"]:
             src.skip_to(epoch, start)
+            if unexcluded := src.unexcluded(epoch, start):
+                skipped.setdefault(src.name, []).extend(unexcluded)
+                src.cursor = Cursor(epoch, start)
             if (epoch, start) != (src.cursor.epoch, src.cursor.doc) or stop > src.documents:
                 raise kept.refusal(
                     f"source {src.name}: its documents {start}:{stop} (epoch {epoch}): {changed}"
@@ -695,11 +734,16 @@ def _keep(kept: Kept, index: int, phase: Phase, tokens: int, sources: dict[str, 
                 f"source {src.name}: its documents {row['ranges']} hold {taken} tokens, not {row['tokens']}"
             )
         src.skip_to(row["end"]["epoch"], row["end"]["doc"])
+        if unexcluded := src.unexcluded(row["end"]["epoch"], row["end"]["doc"]):
+            skipped.setdefault(src.name, []).extend(unexcluded)
+            src.cursor = Cursor(row["end"]["epoch"], row["end"]["doc"])
         if (src.cursor.as_dict(), epochs_before, round(src.epochs(), 6)) != (
             row["end"],
             row["epochs_before"],
             row["epochs_after"],
         ):
             raise kept.refusal(f"source {src.name}: {changed}")
+    if skipped:
+        raise Unexcluded(kept, skipped)
     slices = [dict(row) for row in kept.slices]
     return _pack_entry(name, phase, tokens, slices)
