@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pandas as pd
 import pytest
 import yaml
 
@@ -351,6 +352,8 @@ def test_an_excluded_document_leaves_only_the_unstarted_packs(clone: Workflow) -
             assert not held & set(planted), pack.name
     note = (results / "plan.md").read_text().split("**Excluded**")[1].split("\n")[0]
     assert note.startswith(": 2 documents") and plan.packs[0].name in note
+    chart = pd.read_csv(results / "report" / "plan" / "excluded.csv")  # a declared output with exclude set
+    assert chart["documents"].sum() == 2 and plan.packs[0].name in " ".join(chart["started_packs"].dropna())
     audit = subprocess.run(
         [sys.executable, "-m", "workflow_scripts", "audit-packs", "--plan", "results/plan.json"],
         cwd=clone.root,
