@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.datapacks.test_planner import config, plan_of
@@ -153,7 +154,10 @@ def test_excluding_a_document_only_started_packs_hold_changes_no_pack(tmp_path: 
     plan_json = plan_command(tmp_path, mixture, exclude=[f"{1000 + doc:016x}"])
     assert specs_of(plan_json) == before
     assert "warmup_0" in (plan_json.parent / "plan.md").read_text().split("**Excluded**")[1]
-    table = plan_report.excluded(Plan.read(plan_json)).table
-    assert table.to_dict("records") == [
+    report = ["report", "plan", "--plan", str(plan_json), "--out-dir", str(tmp_path / "report")]
+    assert snakepack([*report, "--excluded"]) == 0
+    assert pd.read_csv(tmp_path / "report" / "excluded.csv").to_dict("records") == [
         {"source": "en_web_a", "documents": 1, "held_out": 0, "started_packs": "warmup_0"}
     ]
+    assert snakepack(report) == 0  # exclude no longer set: the chart of an earlier run is gone
+    assert not list((tmp_path / "report").glob("excluded.*"))

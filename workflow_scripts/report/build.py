@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.datapacks.plan import Plan
@@ -58,5 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.ingest, args.dedup, args.dedup_report, args.tokenize, args.signature, args.plan
         )
     charts.write_section(args.out_dir, TITLES[args.section], made, charts.read_captions(args.captions))
+    if args.section == "plan" and not args.excluded:  # no output any more: an earlier run's chart goes
+        for ext in (".png", ".csv"):
+            Path(args.out_dir, f"excluded{ext}").unlink(missing_ok=True)
     print(f"{TITLES[args.section]}: {', '.join(c.name for c in made)} -> {args.out_dir}")
     return 0
