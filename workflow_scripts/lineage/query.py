@@ -42,7 +42,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -109,7 +109,12 @@ class Lineage:
     """One pack config's steps, with the plan's sources when given."""
 
     def __init__(self, cfg: RunConfig, plan: Plan | None) -> None:
-        self.cfg, self.plan, self.steps = cfg, plan, StepMap(cfg)
+        self.cfg, self.plan = cfg, plan
+
+    @cached_property
+    def steps(self) -> StepMap:
+        """The pack's steps (built on first use: a pack that holds no document asked of needs none)."""
+        return StepMap(self.cfg)
 
     @cache  # noqa: B019 (one per command)
     def doc_idx(self, path: int) -> Any:
