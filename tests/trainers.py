@@ -2,8 +2,10 @@
 with a Python that runs them. Built once per machine and cached, keyed by the archives' hashes.
 
 ``python -m tests.trainers`` builds it ahead of the tests (they build it on first use otherwise) and prints
-where. The cache is ``$SNAKEPACK_TRAINERS_CACHE`` (default ``~/.cache/snakepack/trainers``); the archives
-are ``$SNAKEPACK_TRAINERS`` (default ``../shared/trainers`` beside the checkout).
+where; ``python -m tests.trainers --env`` prints ``export`` lines (the trees, their Python) that the CPU
+launch files read (config/train/megatron-cpu.yaml). The cache is ``$SNAKEPACK_TRAINERS_CACHE`` (default
+``~/.cache/snakepack/trainers``); the archives are ``$SNAKEPACK_TRAINERS`` (default ``../shared/trainers``
+beside the checkout).
 
 Only the package registry is used: the requirements of GPT-NeoX's own ``requirements/requirements.txt``
 and DeeperSpeed's (their git pins are the archives), Megatron-LM's ``torch numpy packaging`` and the
@@ -38,6 +40,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -273,6 +276,25 @@ def drop_least_recently_used(root: Path, same_kind: Callable[[Path], bool]) -> N
             shutil.rmtree(other, ignore_errors=True)
 
 
+def env_lines(built: Trainers) -> list[str]:
+    """``export`` lines a shell evaluates to run the trainers' own code by hand or from the CPU launch files
+    (config/train/megatron-cpu.yaml): the trees, their Python, and the suffix Megatron-LM's helpers build
+    with (its Makefile asks ``python3-config``, which on PATH may be another Python's)."""
+    helpers = built.helpers_env()
+    variables = {
+        "MEGATRON_LM": built.tree("megatron"),
+        "GPT_NEOX": built.tree("neox"),
+        "GPT_NEOX_FORK": built.tree("fork"),
+        "DEEPERSPEED": built.tree("deeperspeed"),
+        "TRAINERS_PYTHON": built.python,
+        "MAKEFLAGS": helpers["MAKEFLAGS"],
+    }
+    return [f"export {name}={shlex.quote(str(value))}" for name, value in variables.items()]
+
+
 if __name__ == "__main__":
-    print(trainers().root)
-    print(bridge().root)
+    if sys.argv[1:] == ["--env"]:  # eval "$(.venv/bin/python -m tests.trainers --env)"
+        print("\n".join(env_lines(trainers())))
+    else:
+        print(trainers().root)
+        print(bridge().root)

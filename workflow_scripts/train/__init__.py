@@ -12,7 +12,8 @@ models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``;
 - ``segment``: one segment as a Slurm job and its record; ``launch_env``: the job's nodes and tasks, asked of
   Slurm, for a launch the executor left without them; ``checkpoint_dirs``: the run's checkpoint folder;
   ``megatron_checkpoint``: Megatron-LM's ``torch_dist`` folders, written and read without Megatron;
-  ``finetune``: a start from a checkpoint; ``progress_lines``: the trainers' printed losses,
+  ``finetune``: a start from a checkpoint; ``megatron_cpu``: Megatron-LM's own pretrain_gpt.py on CPUs
+  (device stand-ins, config/train/megatron-cpu.yaml); ``progress_lines``: the trainers' printed losses,
 - ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
   pack's end, the loss curve,
 - ``detach``: the chain as sbatch jobs; ``slurm``: what Slurm says about jobs; ``status``: where the training
