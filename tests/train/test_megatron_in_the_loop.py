@@ -8,7 +8,8 @@ read by ``read_metadata``; the ``OptimizerParamScheduler`` of the arguments that
 saved there and loaded with this segment's (as ``load_checkpoint`` does); ``get_train_valid_test_num_samples``
 at the iteration it resumes at; and ``pretrain_gpt``'s dataset provider with
 ``build_train_valid_test_data_loaders`` over the pack, whose first global batch is checked here against the
-pack's documents read by our own .bin/.idx reader. A spare segment (its pack finished) must not start
+pack's documents read by our own .bin/.idx reader, and whose validation and test datasets hold the samples
+the run's evaluations ask. A spare segment (its pack finished) must not start
 Megatron-LM at all: there it would train the next phase on this pack's data. The evaluation recipe's argv
 (train-eval's) is parsed and sized at each pack's last iteration.
 
@@ -113,7 +114,8 @@ for seg in json.loads(sys.argv[1]):
     r["sizes"] = sizes(args, iteration)
     if seg["kind"] not in ("spare", "eval"):
         provider = pretrain_gpt.train_valid_test_datasets_provider
-        loader = training.build_train_valid_test_data_loaders(provider)[0]
+        loader, valid, test = training.build_train_valid_test_data_loaders(provider)
+        r["held_out"] = [len(valid[0].dataset), len(test.dataset)]  # what evaluation can read
         batches, indices = iter(loader.batch_sampler), []
         while len(indices) < args.global_batch_size:
             indices += next(batches)
@@ -250,6 +252,9 @@ def test_every_megatron_segment_runs_in_megatron_lm(
             else:
                 assert r["sizes"].startswith("ValueError"), where  # no phase after the run's end
             continue
+        # every evaluation of the run and the test at its end read samples that are there (an unweighted
+        # held-out blend is one epoch of each prefix: 6 of the 176 the sample's evaluations ask)
+        assert r["held_out"][0] >= r["sizes"][1] and r["held_out"][1] >= r["sizes"][2], where
         start = r["iteration"] - (0 if r["finetune"] else pack["iteration_offset"])
         assert r["sizes"][0] == pack["train_iters"] * batch, where  # the phase is the pack
         assert r["indices"] == list(range(start * batch, (start + 1) * batch)), where

@@ -12,6 +12,7 @@ import pytest
 from tests.train.reference.conftest import BATCH, SEQ, run_trainer
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.reference.config import load_config
+from workflow_scripts.train.reference.megatron_config import blend
 from workflow_scripts.train.reference.run_config import ConfigError
 
 LAYOUT = checkpoint_dirs.MEGATRON
@@ -97,3 +98,17 @@ def test_two_packs_across_a_transition_and_a_schedule_megatron_would_refuse(
     out = run_trainer(second).output
     assert "resumed from iter_0000004: local iteration 0 of 4" in out
     assert LAYOUT.latest(str(checkpoints)) == 8
+
+
+@pytest.mark.parametrize(
+    ("values", "paths", "weights"),
+    [
+        (["a", "b"], ["a", "b"], None),
+        ([1.0, "a", 2, "b"], ["a", "b"], [1.0, 2.0]),
+        (["a", 1.0, "b"], ["a", "1.0", "b"], None),  # odd: prefixes alone, as Megatron-LM reads it
+    ],
+)
+def test_a_held_out_blend_is_read_as_megatron_lm_reads_it(
+    values: list, paths: list[str], weights: list[float] | None
+) -> None:
+    assert blend(values) == (paths, weights)

@@ -1,9 +1,9 @@
 """Megatron-LM's arguments: the base arguments file read, the model arguments of ``train.init_from.hf``
-(``hf_model_args``), the computed keys under Megatron-LM's names, the run's length as ``--train-samples``
-and the pack boundaries as ``--phase-transition-iterations``, ``--exit-duration-in-mins``,
-``--exit-signal-handler`` and ``--ckpt-format torch_dist``, written one ``--flag value`` a line; the LR
-schedule checked to be the same in every pack (``check_scheduler``); and the file expanded into the argv
-of ``pretrain_gpt.py`` (``argv``), which reads no arguments file."""
+(``hf_model_args``), the computed keys under Megatron-LM's names (held-out blends weighted), the run's
+length as ``--train-samples`` and the pack boundaries as ``--phase-transition-iterations``,
+``--exit-duration-in-mins``, ``--exit-signal-handler`` and ``--ckpt-format torch_dist``, written one
+``--flag value`` a line; the LR schedule checked to be the same in every pack (``check_scheduler``); and the
+file expanded into the argv of ``pretrain_gpt.py`` (``argv``), which reads no arguments file."""
 
 from __future__ import annotations
 
@@ -123,13 +123,10 @@ def _shown(key: str, value: Any) -> str:
     return f"{flag_of(key)} {value}"
 
 
-NEOX_ONLY = (
-    "train_data_weights",
-    "valid_data_weights",
-    "test_data_weights",
-    "iteration_offset",
-    "extra_save_iters",
-)
+NEOX_ONLY = ("train_data_weights", "iteration_offset", "extra_save_iters")
+# Held-out blends as Megatron-LM reads them: weighted (``W1 PATH1 W2 PATH2 ...``), or its builder sizes an
+# unweighted blend to one epoch of each prefix, not to the samples evaluation asks (it then runs out).
+WEIGHTED = {"valid_data_paths": "valid_data_weights", "test_data_paths": "test_data_weights"}
 
 
 def arguments(
@@ -148,8 +145,10 @@ def arguments(
     """
     args = dict(base)
     for key, value in keys.values.items():
-        if key in NEOX_ONLY or key in ("keep_last_n_checkpoints", "train_iters"):
+        if key in NEOX_ONLY or key in WEIGHTED.values() or key in ("keep_last_n_checkpoints", "train_iters"):
             continue
+        if key in WEIGHTED:
+            value = weighted(value, keys.values.get(WEIGHTED[key]))
         args[MEGATRON_NAMES.get(key, key)] = value
     args.pop("train_iters", None)
     start = schedule.start_offset(train.finetune_from, train.trainer)
@@ -169,7 +168,15 @@ def arguments(
     args["exit_signal_handler"] = True
     args["exit_signal"] = "SIGUSR1"  # the segment's watchdog and Slurm's --signal send USR1 (default: TERM)
     args["ckpt_format"] = checkpoint_format(base, train)
+    args["data_cache_path"] = train.data_cache_dir or args.get("data_cache_path")  # train_data_cache fills it
     return args
+
+
+def weighted(paths: list[str], weights: list[float] | None) -> list[Any]:
+    """A blend as Megatron-LM's ``get_blend_from_list`` reads it with weights: ``W1 PATH1 W2 PATH2 ...``
+    (each weight 1 where the keys give none)."""
+    weights = list(weights or [1.0] * len(paths))
+    return [item for pair in zip(weights, paths, strict=True) for item in pair]
 
 
 def checkpoint_format(base: dict[str, Any], train: TrainSettings) -> str:
@@ -324,13 +331,19 @@ def check_scheduler(saved: dict[str, Any], resumed: dict[str, Any], saver: str, 
         )
 
 
-EVALUATION_ONLY_DROPPED = ("--finetune", "--phase-transition-iterations")
+# Left out of an evaluation's argv: --finetune (the checkpoint is the run's own, its iteration kept), the
+# phase transitions (Megatron-LM finds no phase after the run's last iteration) and the training data: with
+# --skip-train, get_train_valid_test_num_samples still sizes a training dataset of the whole run's
+# --train-samples over the pack (a multi-epoch index built at every evaluation, then unused); without a
+# training blend BlendedMegatronDatasetBuilder builds none, and the validation and test sets are the same.
+EVALUATION_ONLY_DROPPED = ("--finetune", "--phase-transition-iterations", "--train-data-path")
 
 
 def argv(path: str, evaluation: bool = False) -> list[str]:
     """The arguments file as ``pretrain_gpt.py``'s argv (comments dropped; a launch's ``{args}``).
-    ``evaluation``: for a run's own checkpoint, without ``--finetune`` (its iteration is kept) and the phase
-    transitions (Megatron-LM finds no phase after the run's last iteration, and evaluating has none)."""
+    ``evaluation``: for a run's own checkpoint, without ``--finetune`` (its iteration is kept), the phase
+    transitions (Megatron-LM finds no phase after the run's last iteration, and evaluating has none) and
+    ``--train-data-path`` (evaluating reads no training data: no training index is built)."""
     with open(path, encoding="utf-8") as f:
         words = shlex.split(f.read(), comments=True)
     if not evaluation:

@@ -90,9 +90,12 @@ def read_megatron(
                 else [*(previous if isinstance(previous, list) else [previous]), value]
             )
     raw = {MEGATRON_TO_NEOX.get(k, k): v for k, v in given.items() if k not in MEGATRON_OWN}
-    for key in ("train_data_paths", "valid_data_paths"):
-        if key in raw and not isinstance(raw[key], list):
-            raw[key] = [raw[key]]
+    for key in ("train_data_paths", "valid_data_paths", "test_data_path"):
+        if key in raw:
+            paths, weights = blend(raw[key] if isinstance(raw[key], list) else [raw[key]])
+            raw[key] = paths
+            if weights is not None and key != "test_data_path":
+                raw[key.replace("_paths", "_weights")] = weights
     raw["optimizer"] = {
         "type": "Adam",
         "params": {
@@ -144,6 +147,15 @@ def read_megatron(
         "ffn_hidden_size": ffn_hidden_size,
     }
     return raw, megatron
+
+
+def blend(values: list[Any]) -> tuple[list[str], list[float] | None]:
+    """A ``--*-data-path`` list as Megatron-LM's ``get_blend_from_list`` reads it: ``W1 P1 W2 P2 ...`` when
+    it has an even length and every other item is a number, else prefixes alone."""
+    pairs = len(values) % 2 == 0 and all(isinstance(v, int | float) for v in values[::2])
+    if not pairs:
+        return [str(v) for v in values], None
+    return [str(v) for v in values[1::2]], [float(v) for v in values[::2]]
 
 
 def phase(path: str, given: dict[str, Any], transitions: tuple[int, ...], start: int) -> tuple[int, int]:
