@@ -54,7 +54,14 @@ def test_save_stacks_the_layers_and_load_weights_gives_them_back(tmp_path):
             "mlp.linear_fc2",
         )
         for i in range(3)
-    }
+    } | {"decoder.final_layernorm._extra_state/shard_0_1"}  # TENorm's, with TE importable
+    # each as Megatron's torch_dist stores a ShardedObject (a list of its data): TE 2.x's "no fp8" state
+    state = {k: None for k in extra}
+    megatron_checkpoint._dcp(dcp.load, state, storage_reader=FileSystemReader(str(folder)))
+    assert all(
+        isinstance(v, list) and len(v) == 1 and v[0].dtype == torch.uint8 and v[0].numel() == 0
+        for v in state.values()
+    ), state
     back = megatron_checkpoint.load_weights(str(folder))
     assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
     common = megatron_checkpoint.load_common(str(folder))
@@ -84,6 +91,21 @@ def test_layers_saved_one_key_each_are_read_too(tmp_path):
     (tmp_path / "metadata.json").write_text(json.dumps(megatron_checkpoint.METADATA))
     back = megatron_checkpoint.load_weights(str(tmp_path))
     assert back.keys() == ours.keys() and all(torch.equal(back[k], ours[k]) for k in ours)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_load_weights_leaves_out_extra_states_stored_as_tensors(tmp_path):
+    """hf-export reads a checkpoint's weights with load_weights: an ``_extra_state`` is never one, even where
+    a writer stored it as a tensor (Megatron stores a list, read as bytes)."""
+    ours = weights()
+    extra = {
+        "decoder.final_layernorm._extra_state/shard_0_1": torch.empty(0, dtype=torch.uint8),
+        "decoder.layers.mlp.linear_fc1._extra_state/shard_0_3": torch.ones(4, dtype=torch.uint8),
+    }
+    dcp.save(ours | extra, storage_writer=FileSystemWriter(str(tmp_path)), no_dist=True)
+    (tmp_path / "metadata.json").write_text(json.dumps(megatron_checkpoint.METADATA))
+    back = megatron_checkpoint.load_weights(str(tmp_path))
+    assert back.keys() == ours.keys()
 
 
 def test_a_folder_without_metadata_json_is_not_torch_dist(tmp_path):

@@ -24,13 +24,20 @@ What a folder holds, as the pinned Megatron-LM's ``save_checkpoint`` writes it:
   ``common_backend``, which ours names (the pinned one ignores it);
 - DCP's ``.metadata`` and ``__0_0.distcp``: each tensor at its global shape, the layers' tensors stacked
   (``decoder.layers.<rest>``, the layer a prepended axis: ``TransformerBlock.sharded_state_dict`` gives
-  homogeneous layers the offset ``(0, layer, num_layers)``), and for each layer's linear modules an
-  ``_extra_state`` object (``decoder.layers.<linear>._extra_state/shard_{layer}_{num_layers}``, holding
-  ``[None]``): Megatron asks for them on load, and its default strictness (``assume_ok_unexpected``)
-  leaves a missing one to fail DCP's read ("Missing key in checkpoint state_dict:
-  decoder.layers.mlp.linear_fc1._extra_state/shard_0_2"). The local spec's linears ignore what they get;
-  TransformerEngine's ``set_extra_state`` returns on None (its pytorch/module/base.py, read: TE does not
-  run on a CPU);
+  homogeneous layers the offset ``(0, layer, num_layers)``), and an ``_extra_state`` object for every
+  module that has one in Transformer Engine's layer spec (``EXTRA_STATE``): each layer's linears
+  (``decoder.layers.<linear>._extra_state/shard_{layer}_{num_layers}``; the local spec's linears ask for
+  them too) and the final norm (``decoder.final_layernorm._extra_state/shard_0_1``: with TE importable it
+  is ``TENorm`` under the local spec too, transformer_block.py's ``LayerNormImpl``). Megatron asks for
+  every key its model's ``sharded_state_dict`` names, and its default strictness
+  (``assume_ok_unexpected``) leaves a missing one to fail DCP's read ("Missing key in checkpoint
+  state_dict: decoder.final_layernorm._extra_state/shard_0_1"), while a key the model lacks (a local
+  spec's final norm: torch's or apex's, no extra state) is ignored. Each holds what Megatron's torch_dist
+  stores for a ``ShardedObject`` (a list of its data) of what TE 2.x's modules save without fp8, an empty
+  uint8 tensor (``TransformerEngineBaseModule.get_extra_state``), which TE's ``set_extra_state`` (the
+  modules' and the fusible ops' norms') takes as no fp8 state; the local spec's linears ignore it.
+  tests/train/hf/test_megatron_checkpoint_compat.py proves the key set against the pinned tree's TE spec
+  (TE's modules stood in: TE does not run on a CPU);
 - the common (non-tensor) state: ``common.pt`` here, which both the pinned megatron-core (first, when the
   file is there) and 0.16 read; the pinned one saves it in DCP as ``common_state/shard_0_1`` instead,
   which ``load_common`` reads too.
@@ -78,6 +85,13 @@ COMMON_FILE = "common.pt"
 COMMON_STATE = "common_state/shard_0_1"  # the pinned megatron-core's ShardedObject("common_state").unique_key
 MODEL_PREFIXES = ("embedding.", "decoder.", "output_layer.")  # GPTModel's sharded keys
 LAYER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
+EXTRA_STATE = "._extra_state"  # a module's extra state (TE's fp8 metadata), a ShardedObject: never a weight
+OUTER_TE_MODULES = ("decoder.final_layernorm",)  # TE's modules outside the layers (output_layer's is dropped)
+
+
+def te_extra_state() -> list[Tensor]:
+    """An ``_extra_state`` object's stored value: Megatron's list of the object's data, TE 2.x's "no fp8"."""
+    return [torch.empty(0, dtype=torch.uint8)]
 
 
 def _dcp(call: Any, state: dict[str, Any], **kwargs: Any) -> None:
@@ -88,7 +102,7 @@ def _dcp(call: Any, state: dict[str, Any], **kwargs: Any) -> None:
 
 
 def _stacked(weights: Mapping[str, Tensor]) -> dict[str, Any]:
-    """DCP's state dict: the layers' tensors stacked on a first axis, the linears' ``_extra_state``."""
+    """DCP's state dict: the layers' tensors stacked on a first axis, the TE modules' ``_extra_state``."""
     layers: dict[str, dict[int, Tensor]] = {}
     state: dict[str, Any] = {}
     for name, t in weights.items():
@@ -105,7 +119,10 @@ def _stacked(weights: Mapping[str, Tensor]) -> dict[str, Any]:
     linears = {r.rsplit(".", 1)[0] for r in layers if r.endswith(".weight") and "layer_norm" not in r}
     for linear in sorted(linears):
         for i in range(n):
-            state[f"decoder.layers.{linear}._extra_state/shard_{i}_{n}"] = [None]
+            state[f"decoder.layers.{linear}{EXTRA_STATE}/shard_{i}_{n}"] = te_extra_state()
+    for module in OUTER_TE_MODULES:
+        if f"{module}.weight" in weights:
+            state[f"{module}{EXTRA_STATE}/shard_0_1"] = te_extra_state()
     return state
 
 
@@ -147,14 +164,14 @@ def _check(folder: str) -> None:
 
 def load_weights(folder: str) -> dict[str, Tensor]:
     """The model's tensors of a ``torch_dist`` folder under Megatron names, one entry a layer, whoever
-    wrote it (optimizer and other state left out)."""
+    wrote it (optimizer, ``_extra_state`` and other state left out)."""
     _check(folder)
     reader = FileSystemReader(folder)
     metadata = reader.read_metadata().state_dict_metadata
     state = {
         k: torch.empty(m.size, dtype=m.properties.dtype)
         for k, m in metadata.items()
-        if isinstance(m, TensorStorageMetadata) and k.startswith(MODEL_PREFIXES)
+        if isinstance(m, TensorStorageMetadata) and k.startswith(MODEL_PREFIXES) and EXTRA_STATE not in k
     }
     _dcp(dcp.load, state, storage_reader=reader, planner=DefaultLoadPlanner(flatten_state_dict=False))
     out: dict[str, Tensor] = {}

@@ -10,13 +10,15 @@ as ``spec`` asks:
   other flags as argv gives them);
 - ``save``: ``checkpointing.save_checkpoint`` at ``spec["iteration"]`` into ``spec["save"]``;
 - ``tokens``: the model's logits on them, under a causal mask as pretrain_gpt.py's batches give it (pipeline
-  size 1; the tensor-parallel vocabulary shards gathered).
+  size 1; the tensor-parallel vocabulary shards gathered; not with TE's stand-ins, which compute nothing).
 
 Each rank writes ``out/rank{R}.pt``: its tensor/pipeline rank, the iteration ``load_checkpoint`` returned,
 ``args.padded_vocab_size``, its module ``state_dict`` (``state``: the module's own names), every
 ``ShardedTensor`` of its ``sharded_state_dict`` (``sharded``: key, global shape and offset, the local data:
-what it would save, or has loaded) and the logits. ``expected_shards`` checks those against whole tensors
-under Megatron names.
+what it would save, or has loaded), the unique keys of its ``ShardedObject``s (``objects``: the
+``_extra_state`` entries), with TE's stand-ins the extra state each TE module was given by the load
+(``extra_state_given``: module name -> value) and the logits. ``expected_shards`` checks those against
+whole tensors under Megatron names.
 
 Stand-ins for CUDA calls (torch here has no CUDA), in these ranks only, each where Megatron-LM calls it:
 
@@ -39,6 +41,7 @@ Stand-ins for CUDA calls (torch here has no CUDA), in these ranks only, each whe
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -57,8 +60,17 @@ CPU_ARGV = [
     "--hidden-dropout", "0",
 ]  # fmt: skip
 
+# With SNAKEPACK_TE_STAND_INS set, tests/train/hf/te_stand_ins (copied beside the script) is imported before
+# any of Megatron-LM: Transformer Engine's stand-ins, for the TE layer spec's model
+PRELUDE = r"""
+import os
+if os.environ.get("SNAKEPACK_TE_STAND_INS"):
+    import te_stand_ins
+"""
+
 SCRIPT = (
-    MEGATRON_ARGS
+    PRELUDE
+    + MEGATRON_ARGS
     + r"""
 import contextlib, json, os
 from functools import partial
@@ -79,7 +91,7 @@ def main():
     torch.tensor = cpu_tensor
     from megatron.core import mpu, tensor_parallel
     from megatron.core.dist_checkpointing.dict_utils import nested_values
-    from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factories
+    from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor, apply_factories
     from megatron.training import checkpointing, training
     import gpt_builders, model_provider
 
@@ -115,11 +127,16 @@ def main():
          "prepend_axis_num": t.prepend_axis_num, "data": t.data.detach().clone()}
         for t in nested_values(sharded) if isinstance(t, ShardedTensor)
     ]
+    objects = sorted(t.unique_key for t in nested_values(sharded) if isinstance(t, ShardedObject))
+    given = {}  # with TE's stand-ins: each TE module's name -> the extra state the load gave it
+    if os.environ.get("SNAKEPACK_TE_STAND_INS"):
+        names = {id(m): n for n, m in model[0].named_modules()}
+        given = {names[i]: v for i, v in te_stand_ins.GIVEN.items()}
     torch.save({
         "tp_rank": mpu.get_tensor_model_parallel_rank(), "pp_rank": mpu.get_pipeline_model_parallel_rank(),
         "iteration": iteration, "padded_vocab_size": args.padded_vocab_size,
         "state": {k: v for k, v in model[0].state_dict().items() if isinstance(v, torch.Tensor)},
-        "sharded": shards, "logits": logits,
+        "sharded": shards, "objects": objects, "extra_state_given": given, "logits": logits,
     }, os.path.join(out, f"rank{torch.distributed.get_rank()}.pt"))
     torch.distributed.destroy_process_group()
 
@@ -137,14 +154,21 @@ def free_port() -> int:
 
 
 def run(
-    trainers: Trainers, spec: dict[str, Any], out: Path, tp: int = 1, pp: int = 1
+    trainers: Trainers, spec: dict[str, Any], out: Path, tp: int = 1, pp: int = 1, te: str | None = None
 ) -> list[dict[str, Any]]:
     """Every rank's dump (rank order) of ``SCRIPT`` run on ``spec`` with ``tp x pp`` ranks; ``spec["argv"]``
-    gets ``CPU_ARGV`` and the parallel sizes added."""
+    gets ``CPU_ARGV`` and the parallel sizes added. ``te``: with Transformer Engine's stand-ins importable
+    (tests/train/hf/te_stand_ins), this ``--transformer-impl`` (``transformer_engine``: the TE layer spec;
+    ``local``: the local spec, whose final norm is then ``TENorm``)."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "megatron_model.py"
     script.write_text(SCRIPT, encoding="utf-8")
     argv = [*spec["argv"], *CPU_ARGV]
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1"}  # validate_args asks it with TP > 1
+    if te:
+        shutil.copyfile(Path(__file__).with_name("te_stand_ins.py"), out / "te_stand_ins.py")
+        argv += ["--transformer-impl", te]  # after CPU_ARGV's local: the last one counts
+        env["SNAKEPACK_TE_STAND_INS"] = "1"
     argv += ["--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp)]
     torchrun = [
         "-m",
@@ -154,7 +178,6 @@ def run(
         "--master-port",
         str(free_port()),
     ]
-    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "1"}  # validate_args asks it with TP > 1
     proc = trainers.run(
         "megatron", [*torchrun, str(script), json.dumps(spec | {"argv": argv}), str(out)], env=env
     )

@@ -9,7 +9,10 @@ transformer spec, gloo; the stand-ins for CUDA calls are listed there):
   a GPT-2-shaped model of the reference trainer (LayerNorm with biases, learned positions, GELU, tied) the
   reference model's;
 - ``load_weights`` reads what ``checkpointing.save_checkpoint`` wrote: a model of Megatron's own random
-  initialisation at PP 2, and our import saved again by Megatron at TP 2 x PP 2, tensor for tensor.
+  initialisation at PP 2, and our import saved again by Megatron at TP 2 x PP 2, tensor for tensor;
+- with Transformer Engine importable (its stand-ins, tests/train/hf/te_stand_ins: TE needs CUDA), the TE
+  layer spec's model and the local spec's (whose final norm is then ``TENorm``) ask for every key of theirs
+  in our import, ``_extra_state`` entries included, and load it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.checkpoint import FileSystemReader
 
 from tests.train.hf import megatron_model
 from tests.utils import hf_folder
@@ -135,3 +139,44 @@ def test_a_gpt2_shaped_reference_model_is_megatrons_model(trainers, tmp_path):
     with torch.no_grad():
         expected = gpt(torch.tensor(TOKENS))
     assert float((ranks[0]["logits"] - expected).abs().max()) < 1e-4
+
+
+# The TE modules of the LLaMA model's spec, each with an _extra_state: the layers' fused linears and the final
+# norm (TEDotProductAttention's sharded_state_dict saves nothing; GPTModel drops output_layer's)
+TE_LINEARS = ("self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1", "mlp.linear_fc2")
+
+
+@pytest.mark.parametrize(("impl", "tp"), [("transformer_engine", 2), ("local", 1)])
+def test_a_transformer_engine_model_loads_our_import(trainers, imported, tmp_path, impl, tp):
+    """Issue 65 item 3: with TE, the final norm is TENorm (even under --transformer-impl local) and TE's
+    modules carry an _extra_state; a key the import lacks stops DCP ("Missing key in checkpoint state_dict").
+    Every key the model's sharded_state_dict asks for is in our import at its global shape, the load passes,
+    its tensors are ours, and each TE module is given TE 2.x's "no fp8" extra state (an empty uint8 tensor,
+    what TE saves with fp8 off)."""
+    _, load = imported
+    folder = load / "iter_0000000"
+    stored = FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    spec = {"argv": [*LLAMA_ARGV, "--finetune"], "load": str(load)}
+    ranks = megatron_model.run(trainers, spec, tmp_path / "ranks", tp, 1, te=impl)
+    asked = {o for r in ranks for o in r["objects"]}
+    te_modules = {f"decoder.layers.{i}.{m}" for i in range(2) for m in TE_LINEARS} | {
+        "decoder.final_layernorm"
+    }
+    if impl == "transformer_engine":
+        assert asked == {
+            f"decoder.layers.{m}._extra_state/shard_{i}_2" for i in range(2) for m in TE_LINEARS
+        } | {"decoder.final_layernorm._extra_state/shard_0_1"}
+    else:  # the local spec's linears are Megatron's own (their _extra_state is None); the final norm is TE's
+        assert "decoder.final_layernorm._extra_state/shard_0_1" in asked
+        te_modules = {"decoder.final_layernorm"}
+    assert asked <= set(stored), sorted(asked - set(stored))
+    shapes = {(s["key"], tuple(s["global_shape"])) for r in ranks for s in r["sharded"]}
+    assert {key for key, shape in shapes if key not in stored or tuple(stored[key].size) != shape} == set()
+    ours = megatron_checkpoint.load_weights(str(folder))
+    assert [megatron_model.expected_shards(r, ours) for r in ranks] == [[]] * tp
+    for r in ranks:
+        given = r["extra_state_given"]
+        assert set(given) == te_modules
+        assert all(
+            isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.numel() == 0 for v in given.values()
+        )
