@@ -10,6 +10,7 @@ segment, a resume, a spare segment, a fine-tune's start and the segments after i
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import yaml
 
 from tests.train.launches import launch_files
 from tests.trainers import Trainers
-from tests.utils import Workflow
+from tests.utils import REPO, Workflow
 from workflow_scripts.core.fsio import read_json
 
 NEOXARGS = r"""
@@ -37,15 +38,16 @@ import contextlib, io, json, os, shlex, sys
 from megatron.training import arguments
 arguments.get_device_arch_version = lambda: 9  # validate_args asks the GPU's architecture: none here
 out = []
-for path in json.loads(sys.argv[1]):
-    sys.argv = ["pretrain_gpt.py", *shlex.split(open(path).read(), comments=True)]
+for path, *appended in json.loads(sys.argv[1]):  # a pack's file, and what a launch recipe appends to it
+    sys.argv = ["pretrain_gpt.py", *shlex.split(open(path).read(), comments=True), *appended]
     with contextlib.redirect_stdout(io.StringIO()):
         args = arguments.parse_args()
         arguments.validate_args(args)
     out.append({k: getattr(args, k, None) for k in
                 ("train_iters", "train_samples", "phase_transition_iterations", "finetune", "save_interval",
                  "exit_interval", "exit_signal", "exit_signal_handler", "global_batch_size",
-                 "train_data_path", "load")})
+                 "train_data_path", "load", "transformer_impl", "gradient_accumulation_fusion",
+                 "masked_softmax_fusion", "apply_rope_fusion", "distributed_backend")})
 print(json.dumps(out))
 """
 
@@ -87,14 +89,24 @@ def test_every_gpt_neox_launch_loads_in_neoxargs(
         assert flags.count(True) == 1 and flags.count(False) == len(flags) - 1
 
 
-@pytest.mark.parametrize("variant", ["megatron", "megatron-finetune"])
+def recipe_flags(recipe: str) -> list[str]:
+    """What a launch recipe (config/train/RECIPE) gives pretrain_gpt.py after the pack's arguments."""
+    launch = yaml.safe_load((REPO / "config" / "train" / recipe).read_text())["train"]["launch"]
+    return shlex.split(launch.split("{args}", 1)[1].replace("\\\n", " "))
+
+
+@pytest.mark.parametrize(
+    ("variant", "recipe"),
+    [("megatron", None), ("megatron-finetune", None), ("megatron", "megatron-rocm.yaml")],
+)  # recipe: the pack's arguments with what that launch appends (ROCm: no TE, no apex fusions, RCCL)
 def test_every_megatron_launch_parses_in_megatron_lm(
-    variant: str, variants: dict[str, Workflow], trainers: Trainers
+    variant: str, recipe: str | None, variants: dict[str, Workflow], trainers: Trainers
 ) -> None:
     wf = variants[variant]
     lists = launch_files(wf)
     assert all(len(files) == 1 for files in lists)
-    out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([f[0] for f in lists])])
+    appended = recipe_flags(recipe) if recipe else []
+    out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([[f[0], *appended] for f in lists])])
     assert out.returncode == 0, out.stderr[-3000:]
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     plan = read_json(wf.root / "results" / "plan.json")
@@ -107,6 +119,11 @@ def test_every_megatron_launch_parses_in_megatron_lm(
         assert args["global_batch_size"] == plan["global_batch_size"]
     if variant == "megatron-finetune":
         assert sorted(a["finetune"] for a in loaded) == [False] * (len(loaded) - 1) + [True]
+    if recipe == "megatron-rocm.yaml":  # the sample's file says gloo; the recipe's flags come last and win
+        assert appended and all(a["transformer_impl"] == "local" for a in loaded)
+        assert not any(a["gradient_accumulation_fusion"] or a["masked_softmax_fusion"] for a in loaded)
+        assert not any(a["apply_rope_fusion"] for a in loaded)
+        assert {a["distributed_backend"] for a in loaded} == {"nccl"}
 
 
 def test_megatron_lm_itself_refuses_what_the_workflow_refuses(trainers: Trainers, tmp_path: Path) -> None:
@@ -121,5 +138,5 @@ def test_megatron_lm_itself_refuses_what_the_workflow_refuses(trainers: Trainers
         paths.append(tmp_path / f"{i}.args")
         paths[-1].write_text(f"{base} {extra}\n")
     for path in paths:
-        out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([str(path)])])
+        out = trainers.run("megatron", ["-c", MEGATRON, json.dumps([[str(path)]])])
         assert out.returncode != 0 and "AssertionError" in out.stderr, (path.read_text(), out.stderr[-2000:])
