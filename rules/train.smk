@@ -7,7 +7,7 @@ and why; the train tree's names are core/train_layout.py's), and ``train/configs
 Training (never in the default target: building data submits no GPU job): each pack is a chain of
 segments, one Slurm job each, that resume from ``latest``; after each segment its checkpoint is evaluated
 and the retention policy applied; a pack is done when its checkpoint reaches its last step, and the next
-pack's first segment waits for that. ``train/loss.csv``, ``loss.png``, ``evals.csv`` and ``segments.csv``
+pack's first segment waits for that (and, with Megatron-LM, for its index caches: train_data_cache). ``train/loss.csv``, ``loss.png``, ``evals.csv`` and ``segments.csv``
 gather the run. ``train.detach: true`` submits the same segments as an sbatch chain instead.
 """
 
@@ -97,6 +97,28 @@ rule train_segment:
         "python -m workflow_scripts train-segment --keys {input.pack_keys:q} --segment {wildcards.segment} --segments {params.segments}"
         " --record {output:q} --launch {params.launch:q} --margin-minutes {params.margin} {params.finetune}"
         " --attempt {resources.attempt} > {log:q} 2>&1"
+
+
+rule train_data_cache:
+    """A Megatron-LM pack's GPTDataset index caches (train, valid, test, for the phase it trains) under
+    --data-cache-path, built by Megatron-LM's own code on a CPU before the pack's first segment (which waits
+    for it), so the GPU job finds them and builds none. Not in the default target: only training asks for it."""
+    input:
+        pack_keys=TRAIN_LAYOUT.keys("{pack}"),
+        config=TRAIN_LAYOUT.config("{pack}", ".args"),
+        data=lambda wildcards: [f"{MERGED}/{p}/{p}.{e}" for p in [wildcards.pack, *planned_packs("validation")] for e in ("bin", "idx")],
+    output:
+        TRAIN_LAYOUT.data_cache("{pack}"),
+    log:
+        TRAIN_LAYOUT.step_log("{pack}", "data_cache"),
+    params:
+        world_size=config["train"]["nodes"] * config["train"]["gpus_per_node"],
+        python=shlex.join(["--python", config["train"]["megatron_python"]]) if config["train"]["megatron_python"] else "",
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m workflow_scripts train-data-cache --keys {input.pack_keys:q} --world-size {params.world_size}"
+        " {params.python} --out {output:q} > {log:q} 2>&1"
 
 
 rule train_finetune_start:

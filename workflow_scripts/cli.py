@@ -61,6 +61,9 @@ COMMANDS: dict[str, Command] = {
     "hf-export": _c("train.hf.export", "a LLaMA-shaped GPT-NeoX checkpoint as a Hugging Face folder"),
     "finetune-start": _c("train.finetune", "a checkpoint folder starting from a checkpoint (seed 003)"),
     "train-summary": _c("train.summary", "the packs' training table (iterations, cadence, segments)"),
+    "train-data-cache": _c(
+        "train.data_cache", "a Megatron-LM pack's dataset index caches, built before its first segment"
+    ),
     "train-segment": _c("train.segment", "one training segment of a pack (a Slurm job) and its record"),
     "train-eval": _c("train.checkpoint_eval", "evaluate the checkpoint a segment saved"),
     "train-prune": _c("train.retention", "the checkpoint retention policy after a segment"),

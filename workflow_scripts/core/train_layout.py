@@ -12,6 +12,8 @@ path (under the train folder)     what
 ``{pack}/eval/{k}.json``           the evaluation of segment k's checkpoint
 ``{pack}/retention/{k}.json``      what the retention policy kept and deleted after segment k
 ``{pack}/done.json``               the pack reached its last step (the next pack starts after it)
+``{pack}/data_cache.json``         the Megatron-LM index caches built for the pack's first segment
+``data_cache/``                    Megatron-LM's ``--data-cache-path`` (``train.data_cache_dir``'s default)
 ``configs.csv`` / ``.md``          every pack's iterations, cadence and segments
 ``loss.csv``, ``loss.png``,        the run's curve across segments and packs, its evaluations,
 ``evals.csv``, ``segments.csv``,   its segments and their statistics
@@ -49,6 +51,7 @@ CONFIGS_CSV = "configs.csv"
 CONFIGS_MD = "configs.md"
 EVAL_JSONL = "eval.jsonl"
 FINETUNE_START = "finetune_start.json"
+DATA_CACHE = "data_cache"  # Megatron-LM's --data-cache-path unless train.data_cache_dir names another
 IMPORT_FOLDERS = {"neox": "global_step0", "megatron": "iter_0000000"}  # each trainer's step-0 checkpoint
 # The records trainers leave, relative to the train folder: the Slurm segments, every run of them, their
 # curve (train_curve's loss.csv and evals.csv); and relative to the folder that holds the run's checkpoint
@@ -102,6 +105,10 @@ class TrainLayout:
 
     def done(self, pack: str) -> str:
         return f"{self.root}/{pack}/{DONE}"
+
+    def data_cache(self, pack: str) -> str:
+        """The record of ``pack``'s Megatron-LM index caches, built before its first segment."""
+        return f"{self.root}/{pack}/{DATA_CACHE}.json"
 
     def file(self, name: str) -> str:
         """A file of the whole run (``CONFIGS_CSV``, ``LOSS_CSV``, ...)."""

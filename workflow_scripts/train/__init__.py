@@ -14,6 +14,8 @@ models in and out, and a reference trainer. Reads ``plan.json`` and ``merged/``;
   ``megatron_checkpoint``: Megatron-LM's ``torch_dist`` folders, written and read without Megatron;
   ``finetune``: a start from a checkpoint; ``megatron_cpu``: Megatron-LM's own pretrain_gpt.py on CPUs
   (device stand-ins, config/train/megatron-cpu.yaml); ``progress_lines``: the trainers' printed losses,
+- ``data_cache``: a Megatron-LM pack's index caches built on a CPU before its first segment
+  (``snakepack train-data-cache``; ``megatron_cache_build`` runs in Megatron-LM's Python),
 - ``checkpoint_eval``, ``retention``, ``finished``, ``curve``: after each segment: evaluate, prune, check the
   pack's end, the loss curve,
 - ``detach``: the chain as sbatch jobs; ``slurm``: what Slurm says about jobs; ``status``: where the training

@@ -33,7 +33,7 @@ import yaml
 
 from workflow_scripts.core.cli import UserError
 from workflow_scripts.core.fsio import read_json, write_json
-from workflow_scripts.train import progress_lines
+from workflow_scripts.train import checkpoint_dirs, progress_lines
 from workflow_scripts.train.configs import megatron
 from workflow_scripts.train.hf import config as hf_config
 from workflow_scripts.train.segment import PackKeys
@@ -52,7 +52,8 @@ def saved_steps(keys: PackKeys, record: dict[str, Any], every: str) -> list[int]
 def evaluation_command(launch: str, keys: PackKeys, checkpoints: str, step: int, out: str) -> str:
     """The evaluation of the checkpoint of global step ``step``: ``{config}``, ``{tag}``, ``{step}``,
     ``{checkpoint}`` (its folder), ``{out}``, ``{pack}``, and for Megatron-LM ``{args}``: the arguments file
-    expanded into argv for a run's own checkpoint (``megatron.argv``: no ``--finetune``, no phases)."""
+    expanded into argv for a run's own checkpoint (``megatron.argv``: no ``--finetune``, no phases, no
+    training data), and for step 0 a ``--load`` whose tracker names it (``step_zero_load``)."""
     tag = keys.layout.tag(step)
     fields = {
         "config": shlex.quote(keys.config),
@@ -63,10 +64,42 @@ def evaluation_command(launch: str, keys: PackKeys, checkpoints: str, step: int,
         "pack": keys.pack,
     }
     if keys.trainer == "megatron":
-        fields["args"] = shlex.join(megatron.argv(keys.config, evaluation=True))
+        words = megatron.argv(keys.config, evaluation=True)
+        if step == 0:  # --ckpt-step 0 is Megatron-LM's "latest": a --load whose tracker names step 0
+            words = with_load(words, step_zero_load(checkpoints, out))
+        fields["args"] = shlex.join(words)
     elif "{architecture}" in launch:  # seed 000's pp_tester_single.py converts as neox unless told
         fields["architecture"] = architecture(keys.config)
     return launch.format(**fields)
+
+
+def step_zero_load(checkpoints: str, out: str) -> str:
+    """A folder for Megatron-LM to ``--load`` step 0 from: its ``iter_0000000``, a link to the run's, and a
+    tracker naming 0. Megatron-LM reads ``--ckpt-step`` only when it is true (``if args.ckpt_step:``), so
+    ``--ckpt-step 0`` loads the step the tracker names, the latest checkpoint, not step 0 (an import of
+    ``train.init_from.hf``, or a start of ``train.finetune_from`` named ``iter_0000000``)."""
+    layout = checkpoint_dirs.of("megatron")
+    source = os.path.join(checkpoints, layout.tag(0))
+    if not os.path.isdir(source):
+        raise UserError(f"no {layout.tag(0)} in {checkpoints}: there is no checkpoint of step 0 to evaluate")
+    folder = os.path.join(os.path.dirname(os.path.abspath(out)), ".step0-load")
+    os.makedirs(folder, exist_ok=True)
+    link = os.path.join(folder, layout.tag(0))
+    if os.path.lexists(link) and os.path.realpath(link) != os.path.realpath(source):
+        os.remove(link)
+    if not os.path.lexists(link):
+        os.symlink(os.path.abspath(source), link)
+    layout.set_latest(folder, 0)
+    return folder
+
+
+def with_load(words: list[str], folder: str) -> list[str]:
+    """``pretrain_gpt.py``'s argv with ``--load`` set to ``folder`` (in place, or added)."""
+    words = list(words)
+    if "--load" in words:
+        words[words.index("--load") + 1] = folder
+        return words
+    return [*words, "--load", folder]
 
 
 def architecture(config: str) -> str:

@@ -61,12 +61,15 @@ class TrainInputs:
         self, chain: Chain, pack: str, k: int, validation: Sequence[str], keep: Callable[[str], Any] = str
     ) -> dict[str, Any]:
         """Segment ``k`` of ``pack``'s inputs: the pack's keys, what it waits for in the chain, its data (the
-        merged pack and the ``validation`` packs) and the run's start (``train.finetune_from``), the last two
-        through ``keep`` (the rules' ``ancient()``: the same data remade does not retrain)."""
+        merged pack and the ``validation`` packs), the run's start (``train.finetune_from``) and, for a
+        Megatron-LM pack's first segment, its index caches (``train_data_cache``), the last three through
+        ``keep`` (the rules' ``ancient()``: the same data remade does not retrain)."""
         data = [keep(f"{self.merged}/{p}/{p}.{ext}") for p in [pack, *validation] for ext in ("bin", "idx")]
         start = [keep(self.layout.file(FINETUNE_START))] if self.train.finetune_from else []
         previous = chain.waits_for(pack, k)
-        return {"pack_keys": self.layout.keys(pack), "previous": previous, "data": data, "start": start}
+        cache = [keep(self.layout.data_cache(pack))] if self.train.trainer == "megatron" and k == 0 else []
+        inputs = {"pack_keys": self.layout.keys(pack), "previous": previous, "data": data, "start": start}
+        return inputs | ({"data_cache": cache} if cache else {})
 
     def exports(self, chain: Chain) -> dict[str, int]:
         """Each Hugging Face export's name and global step (``train.export``)."""

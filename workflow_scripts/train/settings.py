@@ -25,6 +25,7 @@ RUN_KEYS = (
     "gpu_type",
     "cpus_per_task",
     "export",
+    "megatron_python",
 )
 
 
@@ -72,6 +73,8 @@ class TrainSettings:
     neox: str = setting("train", "neox")
     base_config: str | None = setting("train", "base_config")
     checkpoints_dir: str | None = setting("train", "checkpoints_dir")
+    data_cache_dir: str | None = setting("train", "data_cache_dir")
+    megatron_python: str | None = setting("train", "megatron_python")
     nodes: int = setting("train", "nodes")
     gpus_per_node: int = setting("train", "gpus_per_node")
     request_gpus: bool = setting("train", "request_gpus")

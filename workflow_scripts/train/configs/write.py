@@ -14,6 +14,7 @@ the trainer's own keys (train/lint); an SFT pack's iterations count bins (train/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflow_scripts.core.fsio import atomic_path, read_json, write_json
-from workflow_scripts.core.train_layout import TrainLayout
+from workflow_scripts.core.train_layout import DATA_CACHE, TrainLayout
 from workflow_scripts.datapacks.plan import Plan
 from workflow_scripts.tokens import kinds
 from workflow_scripts.tokens.kinds import TokenizerFiles
@@ -120,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     train = TrainSettings.from_config(json.loads(args.train_json))
     if not train.base_config:
         parser.error("train.base_config is not set")
+    if train.trainer == "megatron" and not train.data_cache_dir:  # the base file's --data-cache-path, or ours
+        cache = megatron.read_base(train.base_config).get("data_cache_path") or f"{args.out_dir}/{DATA_CACHE}"
+        train = dataclasses.replace(train, data_cache_dir=os.path.abspath(cache))
     row = write_pack_config(
         Plan.read(args.plan),
         read_json(args.signature),
