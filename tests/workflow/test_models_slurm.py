@@ -81,12 +81,7 @@ def validation_batches(pack_config: Path):
     from workflow_scripts.train.reference.masks import make_batch
 
     cfg = load_config([str(pack_config)], evaluation=pack_config.suffix == ".args")
-    specs = ref_data.valid_specs(
-        cfg.valid_paths, cfg.valid_weights, cfg.train_iters, cfg.eval_interval, cfg.eval_iters,
-        cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl,
-    )  # fmt: skip
-    datasets = [ref_data.GPTDataset(s) for s in specs]
-    valid = ref_data.Blend(datasets, cfg.valid_weights, cfg.eval_iters * cfg.batch)
+    valid = ref_data.run_valid(cfg, [ref_data.GPTDataset(s) for s in ref_data.run_valid_specs(cfg)])
     for it in range(min(cfg.eval_iters, len(valid) // cfg.batch)):
         for j in range(cfg.accumulation):
             start = it * cfg.batch + j * cfg.micro

@@ -138,7 +138,7 @@ def megatron_common(cfg: RunConfig, step: int, state: dict[str, Any]) -> dict[st
         "iteration": step,
         "consumed_train_samples": step * cfg.batch,
         "skipped_train_samples": 0,
-        "consumed_valid_samples": 0,
+        "consumed_valid_samples": state.get("consumed_valid_samples", 0),
     }
     common = megatron_checkpoint.import_common(m, **args)
     return common | {"iteration": step, "opt_param_scheduler": state["lr_schedule"], CLIENT_KEY: state}
@@ -221,6 +221,14 @@ def _load_megatron(cfg: RunConfig, engine: Any, folder: str, weights_only: bool)
     if not resume:
         return None
     return megatron_checkpoint.load_common(folder)[CLIENT_KEY]
+
+
+def megatron_consumed_valid(folder: str) -> int:
+    """The ``consumed_valid_samples`` a Megatron-LM checkpoint's arguments saved (0 without)."""
+    from workflow_scripts.train import megatron_checkpoint
+
+    args = megatron_checkpoint.load_common(folder).get("args")
+    return int(getattr(args, "consumed_valid_samples", 0) or 0)
 
 
 def load(cfg: RunConfig, engine: Any, directory: str, step: int, weights_only: bool) -> dict[str, Any] | None:

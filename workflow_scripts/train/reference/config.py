@@ -433,4 +433,5 @@ def load_config(
         ),
         scheduler_from=megatron.get("scheduler_from"),
         vocab_divisible_by=divisible_by,
+        megatron_validation=megatron.get("validation"),
     )

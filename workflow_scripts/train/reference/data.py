@@ -20,7 +20,9 @@ doc, sample, shuffle), its names, and reused when all three exist; Megatron-LM's
 ``{prefix}_{name}_megatron_{N}ns_{S}sl_{seed}s_{kind}_idx.npy`` (Megatron-LM caches its own under a hashed
 name). ``k_bin_packed`` (the LUMI fork's SFT packing) puts whole documents into at most 16 open bins of
 ``seq_length + 1`` tokens (``k_bin_index``); a sample is one bin, padded with 0. Several paths are blended by
-GPT-NeoX's ``build_blending_indices`` (a Megatron-LM run reads one path a pack). A pretraining path whose N
+GPT-NeoX's ``build_blending_indices`` (a Megatron-LM run reads one path a pack; its validation paths are
+blended as Megatron-LM's ``BlendedMegatronDatasetBuilder`` sizes them: ``megatron_valid_specs``, whose
+``GPTDataset`` has every sample of its index, one more than GPT-NeoX's). A pretraining path whose N
 samples need a second epoch is refused (``EpochError``): that is the plan's single-epoch arithmetic checked
 independently. Tokens are read from the ``.bin`` by memmap (``IndexedDataset``).
 """
@@ -42,7 +44,7 @@ from workflow_scripts.datapacks.iterations import NEOX_SURPLUS
 from workflow_scripts.datapacks.iterations import train_iters as single_epoch_iters
 
 if TYPE_CHECKING:
-    from workflow_scripts.train.reference.run_config import RunConfig
+    from workflow_scripts.train.reference.run_config import MegatronValidation, RunConfig
 
 K_BINS = 16
 TRAINER_NAMES = {"neox": "GPT-NeoX", "megatron": "Megatron-LM"}
@@ -279,7 +281,10 @@ class GPTDataset:
         self._starts = self.data.pointers // self.data.dtype.itemsize
 
     def __len__(self) -> int:
-        """GPT-NeoX's length: ``min(len(shuffle_idx) - 1, len(sample_idx) - 1)``."""
+        """GPT-NeoX's length: ``min(len(shuffle_idx) - 1, len(sample_idx) - 1)``; Megatron-LM's has every
+        sample: ``len(sample_idx) - 1``."""
+        if self.spec.trainer == "megatron":
+            return len(self.sample_idx) - 1
         return min(len(self.shuffle_idx) - 1, len(self.sample_idx) - 1)
 
     def _get(self, doc: int, offset: int = 0, length: int | None = None) -> np.ndarray:
@@ -423,3 +428,58 @@ def valid_specs(
     total = (train_iters // eval_interval + 1) * eval_iters * batch
     counts = weighted_num_samples(total, weights)
     return [IndexSpec(p, "valid", n, seq_length, seed, pack_impl) for p, n in zip(paths, counts, strict=True)]
+
+
+def megatron_valid_specs(
+    paths: list[str], validation: MegatronValidation, seq_length: int, seed: int, pack_impl: str
+) -> list[IndexSpec]:
+    """The validation paths' specs as Megatron-LM's ``BlendedMegatronDatasetBuilder`` asks them
+    (``run_config.MegatronValidation``): one prefix ``samples``; several with weights
+    ``ceil(ceil(samples x w) x (1 + surplus))`` each; several without weights one epoch each."""
+    if not paths:
+        return []
+    v = validation
+    if len(paths) == 1:
+        counts = [v.samples]
+    elif v.weighted:
+        counts = [math.ceil(math.ceil(v.samples * w) * (1 + v.surplus)) for w in v.normalized]
+    else:  # num_samples None: one epoch, every sample of it
+        counts = [IndexSpec(p, "valid", 1, seq_length, seed, pack_impl).one_epoch_samples for p in paths]
+    return [
+        IndexSpec(p, "valid", n, seq_length, seed, pack_impl, "megatron")
+        for p, n in zip(paths, counts, strict=True)
+    ]
+
+
+def megatron_valid_blend(datasets: list[GPTDataset], validation: MegatronValidation) -> Blend:
+    """Megatron-LM's validation dataset over ``datasets`` (``megatron_valid_specs``): one prefix's own
+    samples, or a ``BlendedDataset`` of ``sum(ceil(samples x w))`` samples (weights given) or of
+    ``min(samples, their lengths' sum)`` blended by their lengths (none given)."""
+    v = validation
+    if len(datasets) == 1:
+        return Blend(datasets, [1.0], v.samples)
+    if v.weighted:
+        return Blend(datasets, v.weights, sum(math.ceil(v.samples * w) for w in v.normalized))
+    lengths = [float(len(d)) for d in datasets]
+    return Blend(datasets, lengths, min(v.samples, int(sum(lengths))))
+
+
+def run_valid_specs(cfg: RunConfig) -> list[IndexSpec]:
+    """The validation paths' specs of a run's config: Megatron-LM's (``megatron_valid_specs``) for its
+    arguments, GPT-NeoX's (``valid_specs``) otherwise."""
+    if cfg.megatron_validation is not None:
+        if cfg.eval_iters <= 0:
+            return []
+        args = (cfg.seq_length, cfg.seed, cfg.pack_impl)
+        return megatron_valid_specs(cfg.valid_paths, cfg.megatron_validation, *args)
+    return valid_specs(
+        cfg.valid_paths, cfg.valid_weights, cfg.train_iters, cfg.eval_interval, cfg.eval_iters,
+        cfg.batch, cfg.seq_length, cfg.seed, cfg.pack_impl,
+    )  # fmt: skip
+
+
+def run_valid(cfg: RunConfig, datasets: list[GPTDataset]) -> Blend:
+    """The validation dataset of a run's config over its specs' datasets (``run_valid_specs``)."""
+    if cfg.megatron_validation is not None:
+        return megatron_valid_blend(datasets, cfg.megatron_validation)
+    return Blend(datasets, cfg.valid_weights, cfg.eval_iters * cfg.batch)

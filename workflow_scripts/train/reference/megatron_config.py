@@ -12,6 +12,9 @@ Megatron-LM's ``OptimizerParamScheduler`` over the whole run (``lr.MegatronSched
 flags, ``configs.megatron.SCHEDULER_ARGS``), not GPT-NeoX's per-pack schedule; its values are saved in each
 checkpoint and checked on a resume as Megatron-LM checks them, unless a scheduler flag says whose win.
 Megatron-LM's tokenizer classes are read as GPT-NeoX's; the model's flags as ``megatron_model`` reads them.
+The validation blend is Megatron-LM's (``run_config.MegatronValidation``: its sizes, ``--mid-level-dataset-
+surplus``, the running ``consumed_valid_samples``). A flag that makes Megatron-LM compute another loss,
+gradient, optimizer step or sample order than the reference's (``REFUSED``) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from workflow_scripts.train import checkpoint_dirs, lint
 from workflow_scripts.train.configs import checks
 from workflow_scripts.train.configs.megatron import SCHEDULER_ARGS, SCHEDULER_FROM_ARGS, scheduler_args
 from workflow_scripts.train.reference.megatron_model import MODEL_FLAGS, model_keys
-from workflow_scripts.train.reference.run_config import ConfigError
+from workflow_scripts.train.reference.run_config import ConfigError, MegatronValidation
 
 MEGATRON_TO_NEOX = {  # Megatron-LM dests the reference implements -> the GPT-NeoX key it reads them as
     "micro_batch_size": "train_micro_batch_size_per_gpu",
@@ -49,6 +52,44 @@ MEGATRON_OWN = {  # read by the Megatron mapping itself
     "phase_transition_iterations",
     "exit_signal_handler",
     "exit_signal",
+    "mid_level_dataset_surplus",
+    "optimizer",
+    "dataloader_type",
+    "eval_micro_batch_size",
+    "eval_global_batch_size",
+}
+# dest -> (the values the reference computes as Megatron-LM does, None: none but the flag's absence; why not)
+REFUSED: dict[str, tuple[tuple[Any, ...] | None, str]] = {
+    "optimizer": (
+        ("adam",),
+        "the reference's optimizer is Adam, decoupled weight decay (torch's AdamW, Megatron-LM's default)",
+    ),
+    "dataloader_type": (
+        ("single",),
+        "the reference reads the samples in order from the consumed samples (MegatronPretrainingSampler)",
+    ),
+    "calculate_per_token_loss": (
+        None,
+        "Megatron-LM then weights each micro batch's gradient by its tokens; the reference averages the "
+        "micro batches' mean losses",
+    ),
+    "eod_mask_loss": (
+        None,
+        "Megatron-LM then leaves each end of document out of the loss; the reference counts every target",
+    ),
+    "full_validation": (
+        None,
+        "the reference evaluates --eval-iters batches from consumed_valid_samples, not the whole set",
+    ),
+    "multiple_validation_sets": (None, "the reference evaluates one blend of the validation paths"),
+    "start_eval_at_iter": (None, "the reference evaluates at every --eval-interval iterations"),
+    "rampup_batch_size": (None, "the reference trains one global batch size throughout"),
+    "sft": (None, "Megatron-LM's SFT datasets and per-micro-batch evaluation are not the reference's"),
+    "mock_data": (None, "the reference reads the data paths"),
+    "data_path": (None, "the reference reads --train-data-path and --valid-data-path (no --split)"),
+    "split": (None, "the reference reads --train-data-path and --valid-data-path (no --split)"),
+    "data_args_path": (None, "the reference reads --train-data-path and --valid-data-path"),
+    "per_split_data_args_path": (None, "the reference reads --train-data-path and --valid-data-path"),
 }
 MEGATRON_TOKENIZERS = {  # Megatron-LM's tokenizer_type -> the GPT-NeoX one the reference reads it as
     "GPTSentencePieceTokenizer": "SPMTokenizer",
@@ -89,6 +130,7 @@ def read_megatron(
                 if previous is True
                 else [*(previous if isinstance(previous, list) else [previous]), value]
             )
+    refuse(path, given)
     raw = {MEGATRON_TO_NEOX.get(k, k): v for k, v in given.items() if k not in MEGATRON_OWN}
     for key in ("train_data_paths", "valid_data_paths", "test_data_path"):
         if key in raw:
@@ -129,6 +171,7 @@ def read_megatron(
     elif not given.get("finetune") and given.get("load"):
         start = checkpoint_dirs.MEGATRON.latest(str(given["load"])) or 0
     raw["iteration_offset"], end = phase(path, given, transitions, start)
+    run_iters = run_length(given)
     raw["train_iters"] = end - raw["iteration_offset"]
     exit_signal = given.get("exit_signal", "SIGTERM")
     exit_signal = signal.Signals[exit_signal] if isinstance(exit_signal, str) else signal.Signals(exit_signal)
@@ -145,8 +188,46 @@ def read_megatron(
         "save_signals": (int(exit_signal),) if given.get("exit_signal_handler") else (),
         "tokenizer_type": given.get("tokenizer_type"),
         "ffn_hidden_size": ffn_hidden_size,
+        "validation": validation(given, run_iters, evaluation),
     }
     return raw, megatron
+
+
+def refuse(path: str, given: dict[str, Any]) -> None:
+    """A ConfigError naming the first flag of ``REFUSED`` given with a value the reference does not
+    compute as Megatron-LM; also an evaluation batch other than the training batch."""
+    for dest, (same, why) in REFUSED.items():
+        if dest in given and (same is None or given[dest] not in same):
+            shown = "" if given[dest] is True else f" {given[dest]}"
+            raise ConfigError(f"{path}: {lint.flag_of(dest)}{shown}: {why}")
+    for dest, train in (("eval_micro_batch_size", "micro_batch_size"),
+                        ("eval_global_batch_size", "global_batch_size")):  # fmt: skip
+        if dest in given and given[dest] != given.get(train):
+            raise ConfigError(
+                f"{path}: {lint.flag_of(dest)} {given[dest]}: the reference evaluates batches of "
+                f"{lint.flag_of(train)}"
+            )
+
+
+def run_length(given: dict[str, Any]) -> int:
+    """Megatron-LM's ``args.train_iters`` (the whole run's: ``--train-samples`` / global batch)."""
+    iters, samples = given.get("train_iters"), given.get("train_samples")
+    return int(iters) if iters else int(samples or 0) // int(given.get("global_batch_size") or 1)
+
+
+def validation(given: dict[str, Any], run_iters: int, evaluation: bool) -> MegatronValidation:
+    """Megatron-LM's validation blend for the run (``evaluation``: ``--skip-train``'s)."""
+    batch = int(given.get("global_batch_size") or 1)
+    eval_iters, interval = int(given.get("eval_iters", 100)), int(given.get("eval_interval", 1000))
+    points = 1 if evaluation else run_iters // interval + 1
+    values = given.get("valid_data_path", [])
+    _, weights = blend(values if isinstance(values, list) else [values])
+    return MegatronValidation(
+        samples=points * eval_iters * batch,
+        weights=weights,
+        surplus=float(given.get("mid_level_dataset_surplus", 0.005)),
+        by_iterations=bool(given.get("train_iters")),
+    )
 
 
 def blend(values: list[Any]) -> tuple[list[str], list[float] | None]:

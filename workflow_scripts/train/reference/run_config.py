@@ -79,6 +79,39 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class MegatronValidation:
+    """Megatron-LM's validation blend and where its evaluations read it.
+
+    ``samples`` is what ``get_train_valid_test_num_samples`` asks: ``(train_iters // eval_interval + 1) x
+    eval_iters x batch`` of the whole run (its ``--train-iters``, or ``--train-samples`` / batch, not the
+    phase's), or ``eval_iters x batch`` for an evaluation (``--skip-train``). One prefix is asked for exactly
+    that; several with weights (``W1 P1 W2 P2 ...``) are each asked ``ceil(ceil(samples x w) x (1 +
+    surplus))`` and blended to ``sum(ceil(samples x w))``; several without weights are each built for one
+    epoch and blended by their lengths, capped at ``samples`` (the blend Megatron-LM runs out of).
+    Evaluations read from a running position, ``consumed_valid_samples`` (``eval_iters x batch`` further
+    each time; 0 for an evaluation and a ``--finetune`` start), which each checkpoint saves; a run of
+    ``--train-iters`` resuming a checkpoint that saved none takes ``iteration // eval_interval x eval_iters
+    x batch``, as Megatron-LM's data loaders do."""
+
+    samples: int
+    weights: list[float] | None  # as given; None: none given
+    surplus: float = 0.005  # --mid-level-dataset-surplus
+    by_iterations: bool = False  # --train-iters (not --train-samples)
+
+    @property
+    def weighted(self) -> bool:
+        return self.weights is not None
+
+    @property
+    def normalized(self) -> list[float]:
+        """Megatron-LM's ``normalize``: each weight over their sum (numpy's, in float64)."""
+        import numpy as np
+
+        w = np.asarray(self.weights or [], dtype=np.float64)
+        return (w / np.sum(w)).tolist()
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything the trainer reads from the config (GPT-NeoX's defaults where a key is missing)."""
 
@@ -132,6 +165,7 @@ class RunConfig:
     megatron_schedule: MegatronSchedule | None = None
     scheduler_from: str | None = None
     vocab_divisible_by: int = 128  # make_vocab_size_divisible_by (Megatron-LM's checkpoint args name it)
+    megatron_validation: MegatronValidation | None = None  # Megatron-LM's validation blend and position
 
     @property
     def end(self) -> int:

@@ -112,6 +112,11 @@ class Trainer:
     switches: Any  # masks.Switches
     assistant_id: int | None
     metrics: Metrics
+    valid_position: int = 0  # Megatron-LM's consumed_valid_samples: where the next evaluation reads
+
+    @property
+    def megatron(self) -> bool:
+        return self.cfg.trainer == "megatron"
 
     def micro_batch(self, dataset: data.Blend, base: int, j: int) -> Any:
         from workflow_scripts.train.reference.masks import make_batch
@@ -121,11 +126,25 @@ class Trainer:
         samples, lengths = dataset.batch(range(start, start + cfg.micro))
         return make_batch(samples, lengths, cfg.eod_id, self.switches, self.assistant_id).to(d.device)
 
-    def loss(self, batch: Any) -> Any:
+    def loss(self, batch: Any) -> tuple[Any, float, float]:
+        """The micro batch's mean loss (the tensor to back-propagate) and its loss sum and token count."""
         from workflow_scripts.train.reference.model import masked_mean, token_losses
 
         logits = self.engine(batch.tokens, batch.attention_mask)
-        return masked_mean(token_losses(logits, batch.labels), batch.loss_mask)
+        losses = token_losses(logits, batch.labels)
+        total = float((losses.detach() * batch.loss_mask).sum().item())
+        return masked_mean(losses, batch.loss_mask), total, float(batch.loss_mask.sum().item())
+
+    def reported(self, parts: list[tuple[float, float, float]]) -> float:
+        """The loss of micro batches' (mean, sum, tokens) over every rank: GPT-NeoX's mean of the means;
+        Megatron-LM's sum over the tokens (``loss_func``'s ``lm loss`` pairs reduced in ``train_step`` and
+        ``evaluate``)."""
+        device = self.dist.device
+        if not self.megatron:
+            return dist_engine.mean_over_ranks(sum(p[0] for p in parts) / len(parts), device)
+        total = dist_engine.mean_over_ranks(sum(p[1] for p in parts), device)
+        tokens = dist_engine.mean_over_ranks(sum(p[2] for p in parts), device)
+        return total / max(tokens, 1e-30)
 
     def train_step(self, local: int, lr: float, wd: float | None) -> float:
         """One iteration (all micro batches) at ``lr`` and weight decay ``wd`` (None: the groups' own); the
@@ -134,22 +153,32 @@ class Trainer:
             group["lr"] = lr
             if wd is not None:
                 group["weight_decay"] = wd * group["wd_mult"]
-        losses = []
+        parts = []
         for j in range(self.cfg.accumulation):
-            loss = self.loss(self.micro_batch(self.train, local * self.cfg.batch, j))
+            loss, total, tokens = self.loss(self.micro_batch(self.train, local * self.cfg.batch, j))
             self.engine.backward(loss)
             self.engine.step()
-            losses.append(float(loss.detach().item()))
-        return dist_engine.mean_over_ranks(sum(losses) / len(losses), self.dist.device)
+            parts.append((float(loss.detach().item()), total, tokens))
+        return self.reported(parts)
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss and perplexity over the first ``eval_iters`` batches of the validation blend
-        (the same samples at every evaluation, so that the curve compares like with like)."""
+        """Validation loss and perplexity over ``eval_iters`` batches of the validation blend: GPT-NeoX's
+        first ones (the same samples at every evaluation, so that the curve compares like with like), the
+        mean of the micro batches' means; Megatron-LM's from ``consumed_valid_samples`` on (each evaluation
+        reads the next ones), over the tokens."""
         import torch
 
+        start = self.valid_position if self.megatron else 0
+        iters = self.cfg.eval_iters
+        if self.megatron and start + iters * self.cfg.batch > len(self.valid):
+            raise ValueError(
+                f"the validation blend holds {len(self.valid)} samples, but this evaluation reads "
+                f"{iters} x {self.cfg.batch} from consumed_valid_samples {start}: Megatron-LM's would run "
+                "out too (StopIteration; give --valid-data-path weights: W1 P1 W2 P2 ...)"
+            )
         # GPT-NeoX's dataset length (one sample short of its index) can leave a tiny validation blend
         # fewer samples than eval_iters x batch asks: evaluate the whole batches it has
-        iters = min(self.cfg.eval_iters, len(self.valid) // self.cfg.batch)
+        iters = min(iters, len(self.valid) // self.cfg.batch)
         if not iters:
             raise ValueError(
                 f"the validation data holds {len(self.valid)} samples, fewer than one batch "
@@ -157,14 +186,17 @@ class Trainer:
             )
         module = self.engine.module
         module.eval()
-        losses = []
+        parts = []
         with torch.no_grad():
             for it in range(iters):
                 for j in range(self.cfg.accumulation):
-                    batch = self.micro_batch(self.valid, it * self.cfg.batch, j)
-                    losses.append(float(self.loss(batch).item()))
+                    batch = self.micro_batch(self.valid, start + it * self.cfg.batch, j)
+                    loss, total, tokens = self.loss(batch)
+                    parts.append((float(loss.item()), total, tokens))
         module.train()
-        loss = dist_engine.mean_over_ranks(sum(losses) / len(losses), self.dist.device)
+        loss = self.reported(parts)
+        if self.megatron:
+            self.valid_position = start + iters * self.cfg.batch
         return {
             "valid_loss": loss,
             "valid_ppl": math.exp(min(20.0, loss)),
@@ -204,17 +236,7 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
 
     switches = Switches.from_env()
     train_specs = [] if args.eval_only else data.run_train_specs(cfg)
-    valid_specs = data.valid_specs(
-        cfg.valid_paths,
-        cfg.valid_weights,
-        cfg.train_iters,
-        cfg.eval_interval,
-        cfg.eval_iters,
-        cfg.batch,
-        cfg.seq_length,
-        cfg.seed,
-        cfg.pack_impl,
-    )
+    valid_specs = data.run_valid_specs(cfg)
     assistant = None
     if switches.sft:
         assistant = tokenizer_ids(cfg.vocab_file, True, *cfg.tokenizer, megatron=cfg.trainer == "megatron")[2]
@@ -227,8 +249,7 @@ def setup(args: argparse.Namespace, cfg: RunConfig) -> Trainer:
         datasets = [data.GPTDataset(s) for s in train_specs]
         train = data.Blend(datasets, cfg.train_weights, cfg.train_iters * cfg.batch)
     if valid_specs:
-        datasets = [data.GPTDataset(s) for s in valid_specs]
-        valid = data.Blend(datasets, cfg.valid_weights, cfg.eval_iters * cfg.batch)
+        valid = data.run_valid(cfg, [data.GPTDataset(s) for s in valid_specs])
     random.seed(cfg.seed)  # saved in each checkpoint with the others: the same seed, the same bytes
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -306,6 +327,7 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
     state = checkpoints.load(cfg, trainer.engine, cfg.load, step, weights_only=False)
     if state is None and cfg.trainer == "megatron":
         say(trainer.dist, f"  {layout.tag(step)} has no {checkpoints.SIDE}/: its weights, a fresh optimizer")
+        trainer.valid_position = checkpoints.megatron_consumed_valid(layout.path(cfg.load, step))
     if state is not None:
         if state["iteration"] != step:
             raise checkpoints.CheckpointError(f"{layout.tag(step)} says it is iteration {state['iteration']}")
@@ -320,15 +342,20 @@ def resume(trainer: Trainer) -> tuple[int, Any]:
                 f"{layout.tag(step)} was saved by pack {state['pack']}, but this pack starts at {cfg.offset}"
             )
         checkpoints.set_rng_state(state["rng"])
+        trainer.valid_position = int(state.get("consumed_valid_samples", 0))
         if cfg.megatron_schedule:  # load_checkpoint loads the scheduler: its samples, its values checked
             schedule = cfg.megatron_schedule.resumed(state["lr_schedule"], local, cfg.scheduler_from)
         elif not cfg.override_lr_scheduler and state.get("lr_schedule"):
             schedule = Schedule.from_state(state["lr_schedule"])
+    v = cfg.megatron_validation
+    if v is not None and v.by_iterations and step and not trainer.valid_position and cfg.eval_interval:
+        # Megatron-LM's data loaders: a run of --train-iters whose checkpoint counted no validation samples
+        trainer.valid_position = step // cfg.eval_interval * cfg.eval_iters * cfg.batch
     say(trainer.dist, f"  resumed from {layout.tag(step)}: local iteration {local} of {cfg.train_iters}")
     return local, schedule
 
 
-def trainer_state(cfg: RunConfig, local: int, schedule: Any) -> dict[str, Any]:
+def trainer_state(cfg: RunConfig, local: int, schedule: Any, valid_position: int = 0) -> dict[str, Any]:
     from workflow_scripts.train.reference import checkpoints
 
     return {
@@ -337,6 +364,7 @@ def trainer_state(cfg: RunConfig, local: int, schedule: Any) -> dict[str, Any]:
         "iteration_offset": cfg.offset,
         "train_iters": cfg.train_iters,
         "consumed_samples": local * cfg.batch,
+        "consumed_valid_samples": valid_position,
         "pack": cfg.name,
         "train_data_paths": cfg.train_paths,
         "lr_schedule": schedule.state(local),
@@ -405,8 +433,13 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
             )
         stopping = dist_engine.any_rank(stop.signum is not None, dist.device)
         exiting = exit_due(cfg, local)
+        eval_due = trainer.valid is not None and cfg.eval_interval and step % cfg.eval_interval == 0
+        if eval_due and trainer.megatron:  # Megatron-LM evaluates before it saves or exits: the checkpoint's
+            evaluated = step  # consumed_valid_samples counts this evaluation
+            evaluate(trainer, step)
         if cfg.save and (save_due(cfg, local) or exiting or stopping):
-            path = checkpoints.save(cfg, trainer.engine, step, trainer_state(cfg, local, schedule), dist.main)
+            state = trainer_state(cfg, local, schedule, trainer.valid_position)
+            path = checkpoints.save(cfg, trainer.engine, step, state, dist.main)
             say(dist, f"  saved {path}")
             if cfg.keep_last and dist.main:
                 for old in checkpoints.delete_oldest(layout, cfg.save, cfg.keep_last):
@@ -417,7 +450,7 @@ def run_training(trainer: Trainer, stop: Stop) -> int:
         if stopping:
             reason = f"signal {signal.Signals(stop.signum).name}" if stop.signum else "signal on another rank"
             break
-        if trainer.valid is not None and cfg.eval_interval and step % cfg.eval_interval == 0:
+        if eval_due and not trainer.megatron:
             evaluated = step
             evaluate(trainer, step)
         if exiting:
