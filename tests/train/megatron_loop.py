@@ -6,9 +6,10 @@ would set them), each ``megatron_cpu.py $MEGATRON_LM/pretrain_gpt.py ARGV CPU_FL
 rank's output (Megatron-LM prints its iteration and validation lines there). ``iteration_losses`` and
 ``validation_losses`` read those lines.
 
-``CPU_FLAGS`` are the launch file's, plus the two a LLaMA-shaped model needs on a CPU: without
-``--no-rope-fusion`` (and ``--no-bias-swiglu-fusion`` beside it) ``TransformerConfig.__post_init__`` raises
-"apply_rope_fusion is not available. Please install TE >= 1.4.".
+``CPU_FLAGS`` are the launch file's (config/train/megatron-cpu.yaml), plus ``--no-rope-fusion``, which a
+model with rotary embeddings needs without Transformer Engine (else ``TransformerConfig.__post_init__``
+raises "apply_rope_fusion is not available. Please install TE >= 1.4."), and ``--no-bias-swiglu-fusion``
+as tests/train/hf/megatron_model.CPU_ARGV has it (the unfused SwiGLU; the fused one runs on a CPU too).
 """
 
 from __future__ import annotations
