@@ -9,10 +9,10 @@ Slurm executor gives a segment, in both of its modes:
   one rank.
 
 Through the local Slurm (its one node, 2 tasks of a CPU with mpi: ``train.gpus_per_node: 2``, a rank per
-task), the launch as written (only ``$MEGATRON_LM`` set, to the pinned Megatron-LM tree, and its
-``torchrun`` on PATH), filled in as train-segment and train-eval fill it for the sample's first pack,
-starts torchrun and the real ``pretrain_gpt.py``: each rank parses our pack's arguments, joins the
-process group and
+task), the launch as written (only ``$MEGATRON_LM`` set, to the pinned Megatron-LM tree, and the trainers'
+``python`` on PATH), filled in as train-segment and train-eval fill it for the sample's first pack,
+starts a task a rank with srun, each the real ``pretrain_gpt.py``: each rank parses our pack's arguments,
+joins the process group and
 Megatron-LM's model-parallel groups, and dies at its first CUDA work, the CUDA RNG seeding
 (``_set_random_seed``): torch here has no CUDA. Stand-ins, for ``pretrain_gpt.py``'s ranks only and only
 where ``megatron/training/initialize.py`` calls them, each a device call (``STAND_INS``):
@@ -20,10 +20,10 @@ where ``megatron/training/initialize.py`` calls them, each a device call (``STAN
 - ``torch.cuda.is_available()``: ``initialize_megatron`` asserts a GPU before anything else; yes.
 - ``torch.cuda.device_count()``: the rank's node's GPUs (``_initialize_distributed`` builds the
   model-parallel groups only with GPUs, ``_set_random_seed`` seeds CUDA only with them): a GPU per rank
-  of the node, torchrun's ``LOCAL_WORLD_SIZE``.
+  of the node, the step's ``SLURM_NTASKS_PER_NODE``.
 - ``torch.cuda.set_device(local_rank)``: selects the rank's GPU; it writes what Megatron-LM has parsed
   at that point (its args: rank, world size, local rank, the pack's values), with the rendezvous the rank
-  got from torchrun and its argv, to ``$STAND_IN_OUT/rank{RANK}.json``.
+  got from the launch and its argv, to ``$STAND_IN_OUT/rank{RANK}.json``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ if os.path.basename(sys.argv[0]) == "pretrain_gpt.py":
             json.dump(seen, f, default=str)
 
     where_initialize_calls("is_available", lambda: True)
-    where_initialize_calls("device_count", lambda: int(os.environ["LOCAL_WORLD_SIZE"]))
+    where_initialize_calls("device_count", lambda: int(os.environ["SLURM_NTASKS_PER_NODE"]))
     where_initialize_calls("set_device", set_device)
 '''
 
@@ -150,7 +150,8 @@ def test_megatron_launches_start_pretrain_gpt_ranks_in_both_slurm_modes(
     stand_ins.mkdir()
     (stand_ins / "sitecustomize.py").write_text(STAND_INS)
     tools.mkdir()
-    (tools / "torchrun").symlink_to(Path(trainers.python).parent / "torchrun")  # the trainers' torch
+    (tools / "python").write_text(f'#!/bin/sh\nexec {trainers.python} "$@"\n')  # the trainers' Python
+    (tools / "python").chmod(0o755)
     rules = []
     for name, key, mode in RULES:
         (work / f"{name}.sh").write_text(launches[key])
@@ -185,9 +186,12 @@ def test_megatron_launches_start_pretrain_gpt_ranks_in_both_slurm_modes(
             # the job's first node (the test cluster's one); the rank in a step of its own, not the rule's
             assert r["env"]["MASTER_ADDR"] == "localhost" and r["env"]["SLURM_JOB_ID"] == job, where
             assert r["env"]["SLURM_STEP_ID"] not in (None, "batch", job_env.get("SLURM_STEP_ID")), where
-            assert r["argv"] == argv[key], where  # the pack's file, word for word, through srun and torchrun
+            assert r["argv"] == argv[key], where  # the pack's file, word for word, through srun
             given = file_values(argv[key])
             for value in PACK_VALUES:  # as Megatron-LM parsed them, the file's
+                if value not in given:  # an evaluation reads no training data (no index built for it)
+                    assert key == "eval_launch" and value == "train_data_path" and r["args"][value] is None
+                    continue
                 got = r["args"][value]
                 assert [str(v) for v in (got if isinstance(got, list) else [got])] == given[value], where
             assert r["args"]["skip_train"] == (key == "eval_launch"), where
