@@ -51,6 +51,9 @@ STAND_IN = textwrap.dedent(
         print(f" iteration {step:>8}/{offset + iters} | lm_loss: {scale / step:.4E} |", flush=True)
         if step % 4 == 0 or local == iters or local % exit_interval == 0 or stop:
             save(step)
+        if stop and os.environ.get("DIE_AFTER_SAVE"):  # its handler gone once it saved: the notice kills it
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGUSR1)
         if stop or local % exit_interval == 0:
             break
     print(f" validation results at iteration {step} | lm_loss value: {11 / step:.4E} |", flush=True)
@@ -161,6 +164,20 @@ def test_a_signal_stops_the_trainer_which_saves_and_a_retry_resumes(pack):
     assert 12 <= first["last_step"] < 20
     second = segment_ok(pack, 1)  # to the same boundary: local iterations are multiples of exit_interval
     assert (second["first_step"], second["last_step"]) == (first["last_step"], 20)
+
+
+def test_a_trainer_killed_by_the_notice_after_its_save_ends_the_segment(pack):
+    """Megatron-LM restores SIGUSR1's default once its loop ends: a notice that comes during its last
+    evaluation or its exit kills it (exit 138) after it saved; the segment stands on that save."""
+    proc = run_segment(pack, 0, 4, {"STEP_S": "0.2", "DIE_AFTER_SAVE": "1"})
+    deadline = time.time() + 60
+    while time.time() < deadline and not (pack["ckpt"] / "global_step12").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "died of the notice (signal 10) after saving" in out, out
+    first = read_json(pack["dir"] / "segments" / "0.json")
+    assert first["exit"] == f"signal {int(signal.SIGUSR1)}" and 12 <= first["last_step"] < 20
 
 
 def test_a_cancelled_segment_saves_leaves_no_record_and_its_retry_resumes(pack):

@@ -20,8 +20,9 @@ The record (JSON) says what the segment did, from the checkpoint folder and the 
 before and after, the checkpoint tag, the folders above the tracker removed before the trainer started (saves
 cut short, ``removed_partial``: checkpoint_dirs), whether the pack is finished, Slurm job id and nodes, wall
 time, measured s/iter, the losses it printed. A segment fails (no record; Snakemake retries it and the retry
-resumes from ``latest``) when the trainer fails, when it made no progress on an unfinished pack, or when it is
-the pack's last segment and the pack is not finished. Every run, failed or not, also leaves its record as an
+resumes from ``latest``) when the trainer fails (not when it dies of the segment's own SIGUSR1 after saving:
+the save stands), when it made no progress on an unfinished pack, or when it is the pack's last segment and
+the pack is not finished. Every run, failed or not, also leaves its record as an
 attempt beside the records (``train_layout.attempt``; ``exit``: why it failed): the loss curve takes the
 iterations of a killed attempt from there. A segment that finds the pack finished runs the trainer anyway (it
 loads and verifies the checkpoint) and records zero iterations; Megatron-LM is not started then (at the pack's
@@ -211,6 +212,14 @@ def position(keys: PackKeys, start: str | None) -> int | None:
     return keys.latest()
 
 
+def died_of_notice(launch: Launch, rc: int) -> bool:
+    """The trainer (or the shell or srun around it) ended of the SIGUSR1 this segment sent it: the time
+    limit's notice, not a cancellation."""
+    usr1 = int(signal.SIGUSR1)
+    notice = launch.signalled is not None and launch.signalled != f"signal {int(signal.SIGTERM)}"
+    return notice and rc in (128 + usr1, -usr1)
+
+
 def deadline_of(margin_minutes: float) -> float | None:
     """When to ask the trainer to stop: the Slurm job's end minus the margin (None outside Slurm)."""
     job = os.environ.get("SLURM_JOB_ID")
@@ -293,7 +302,12 @@ def run_segment(args: argparse.Namespace) -> dict[str, Any]:
     }
     where = f"latest is {keys.tag(after)} of {keys.end}"
     failure = None
-    if rc != 0:
+    if rc != 0 and died_of_notice(launch, rc) and after is not None and (before is None or after > before):
+        # the notice came after the trainer's last save (Megatron-LM restores SIGUSR1's default once its
+        # loop ends: during its last evaluation or its exit): what it saved stands
+        print(f"train-segment: {keys.pack}: the trainer died of the notice ({launch.signalled}) after saving "
+              f"{keys.tag(after)}: taken as the segment's end", flush=True)  # fmt: skip
+    elif rc != 0:
         failure = f"{keys.pack} segment {args.segment}: the trainer exited with {rc}; {where}"
     elif launch.signalled == f"signal {int(signal.SIGTERM)}":  # a time limit's notice is SIGUSR1
         failure = f"{keys.pack} segment {args.segment}: stopped by SIGTERM (cancelled or preempted; {where})"
