@@ -276,25 +276,24 @@ def drop_least_recently_used(root: Path, same_kind: Callable[[Path], bool]) -> N
             shutil.rmtree(other, ignore_errors=True)
 
 
-def env_lines(built: Trainers) -> list[str]:
-    """``export`` lines a shell evaluates to run the trainers' own code by hand or from the CPU launch files
+def launch_variables(built: Trainers) -> dict[str, str]:
+    """The variables that run the trainers' own code by hand or from the CPU launch files
     (config/train/megatron-cpu.yaml): the trees, their Python, and the suffix Megatron-LM's helpers build
     with (its Makefile asks ``python3-config``, which on PATH may be another Python's)."""
-    helpers = built.helpers_env()
-    variables = {
-        "MEGATRON_LM": built.tree("megatron"),
-        "GPT_NEOX": built.tree("neox"),
-        "GPT_NEOX_FORK": built.tree("fork"),
-        "DEEPERSPEED": built.tree("deeperspeed"),
+    return {
+        "MEGATRON_LM": str(built.tree("megatron")),
+        "GPT_NEOX": str(built.tree("neox")),
+        "GPT_NEOX_FORK": str(built.tree("fork")),
+        "DEEPERSPEED": str(built.tree("deeperspeed")),
         "TRAINERS_PYTHON": built.python,
-        "MAKEFLAGS": helpers["MAKEFLAGS"],
+        "MAKEFLAGS": built.helpers_env()["MAKEFLAGS"],
     }
-    return [f"export {name}={shlex.quote(str(value))}" for name, value in variables.items()]
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--env"]:  # eval "$(.venv/bin/python -m tests.trainers --env)"
-        print("\n".join(env_lines(trainers())))
+        for name, value in launch_variables(trainers()).items():
+            print(f"export {name}={shlex.quote(value)}")
     else:
         print(trainers().root)
         print(bridge().root)

@@ -3,7 +3,7 @@ pack's first segment (the ``train_data_cache`` rule), so that the GPU job finds 
 
 Usage (the rule's command)::
 
-    snakepack train-data-cache --keys results/train/P/keys.json --world-size N \\
+    snakepack train-data-cache --keys KEYS --world-size N \\
         --out results/train/P/data_cache.json [--python TRAINER_PYTHON]
 
 Megatron-LM builds each dataset's index (document, sample and shuffle index: an epoch's worth and more for a
@@ -42,10 +42,14 @@ class DataCacheError(UserError, RuntimeError):
 
 
 def trainer_python(given: str | None, path: str | None = None) -> str:
-    """The Python that runs Megatron-LM: ``given`` (``train.megatron_python``), or the interpreter named by
-    the ``#!`` line of the ``torchrun`` on ``path`` (the launch's)."""
+    """The Python that runs Megatron-LM: ``given`` (``train.megatron_python``, its ``$VARIABLES`` those of the
+    job's environment), or the interpreter named by the ``#!`` line of the ``torchrun`` on ``path`` (torch's
+    launcher, installed with it)."""
     if given:
-        return given
+        expanded = os.path.expandvars(given)
+        if "$" in expanded:
+            raise DataCacheError(f"train.megatron_python {given}: a variable in it is not set in the job")
+        return expanded
     torchrun = shutil.which("torchrun", path=path)
     if torchrun is None:
         raise DataCacheError(
