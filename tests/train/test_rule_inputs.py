@@ -11,6 +11,7 @@ from workflow_scripts.core.fsio import write_json
 from workflow_scripts.core.train_layout import TrainLayout
 from workflow_scripts.train.chain import ChainError
 from workflow_scripts.train.rule_inputs import TrainInputs
+from workflow_scripts.train.settings import TrainSettings
 
 FIELDS = ("pack", "iteration_offset", "train_iters", "exit_interval", "segments", "hours")
 
@@ -70,12 +71,15 @@ def test_an_export_waits_for_the_pack_that_reaches_its_step(tmp_path: Path) -> N
 def test_a_megatron_packs_first_segment_waits_for_its_index_caches(tmp_path: Path) -> None:
     """train_data_cache comes before each pack's first segment under Megatron-LM only (a later segment
     resumes with the caches in place; GPT-NeoX builds its own)."""
-    found = inputs(tmp_path, trainer="megatron")
+    found = inputs(tmp_path, trainer="megatron", launch="python pretrain_gpt.py {args}", eval_launch=None)
     chain = found.chain(tuple(found.pack(found.layout.keys(p)) for p in ("warmup_0", "main_1")))
     for pack in ("warmup_0", "main_1"):
         first = found.segment(chain, pack, 0, [], keep=lambda path: f"ancient:{path}")
         assert first["data_cache"] == [f"ancient:{tmp_path}/train/{pack}/data_cache.json"]
         assert "data_cache" not in found.segment(chain, pack, 1, [])
+    reference = inputs(tmp_path / "reference", trainer="megatron", launch=TrainSettings.launch)
+    chain = reference.chain(tuple(reference.pack(reference.layout.keys(p)) for p in ("warmup_0", "main_1")))
+    assert "data_cache" not in reference.segment(chain, "warmup_0", 0, [])  # the reference builds its own
     neox = inputs(tmp_path / "neox")
     chain = neox.chain(tuple(neox.pack(neox.layout.keys(p)) for p in ("warmup_0", "main_1")))
     assert "data_cache" not in neox.segment(chain, "warmup_0", 0, [])

@@ -16,7 +16,7 @@ from workflow_scripts.core.versioned import per_version
 from workflow_scripts.train import checkpoint_dirs
 from workflow_scripts.train.chain import Chain, Pack
 from workflow_scripts.train.hf.start import export_steps
-from workflow_scripts.train.settings import TrainSettings
+from workflow_scripts.train.settings import TrainSettings, runs_reference
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,14 @@ class TrainInputs:
     ) -> dict[str, Any]:
         """Segment ``k`` of ``pack``'s inputs: the pack's keys, what it waits for in the chain, its data (the
         merged pack and the ``validation`` packs), the run's start (``train.finetune_from``) and, for a
-        Megatron-LM pack's first segment, its index caches (``train_data_cache``), the last three through
+        Megatron-LM pack's first segment that Megatron-LM itself trains (not the reference trainer, which
+        builds its own index), its index caches (``train_data_cache``), the last three through
         ``keep`` (the rules' ``ancient()``: the same data remade does not retrain)."""
         data = [keep(f"{self.merged}/{p}/{p}.{ext}") for p in [pack, *validation] for ext in ("bin", "idx")]
         start = [keep(self.layout.file(FINETUNE_START))] if self.train.finetune_from else []
         previous = chain.waits_for(pack, k)
-        cache = [keep(self.layout.data_cache(pack))] if self.train.trainer == "megatron" and k == 0 else []
+        megatron = self.train.trainer == "megatron" and not runs_reference(self.train.launch)
+        cache = [keep(self.layout.data_cache(pack))] if megatron and k == 0 else []
         inputs = {"pack_keys": self.layout.keys(pack), "previous": previous, "data": data, "start": start}
         return inputs | ({"data_cache": cache} if cache else {})
 
