@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 from pathlib import Path
 
 import yaml
 
+from tests.train.hf.megatron_model import free_port
 from tests.trainers import Trainers, launch_variables
 from tests.utils import REPO, Workflow, tail
 from workflow_scripts.train.configs import megatron
@@ -30,23 +30,6 @@ CPU_FLAGS = shlex.split(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def without(argv: list[str], flags: set[str]) -> list[str]:
-    """``argv`` without ``flags`` and their values."""
-    kept, dropping = [], False
-    for word in argv:
-        if word.startswith("--"):
-            dropping = word in flags
-        if not dropping:
-            kept.append(word)
-    return kept
-
-
 def test_megatron_lm_saves_and_exits_at_the_segments_duration(
     variants: dict[str, Workflow], trainers: Trainers, tmp_path: Path
 ) -> None:
@@ -55,7 +38,7 @@ def test_megatron_lm_saves_and_exits_at_the_segments_duration(
     changed = {"--train-samples", "--phase-transition-iterations", "--exit-duration-in-mins", "--save",
                "--load", "--exit-interval", "--save-interval", "--eval-interval"}  # fmt: skip
     checkpoints = tmp_path / "checkpoints"
-    argv = [*without(argv, changed), "--train-samples", "80000", "--exit-duration-in-mins", "1",
+    argv = [*megatron.without(argv, changed), "--train-samples", "80000", "--exit-duration-in-mins", "1",
             "--save", str(checkpoints), "--load", str(checkpoints), "--save-interval", "10000",
             "--eval-interval", "10000", "--data-cache-path", str(tmp_path / "cache")]  # fmt: skip
     env = {**os.environ, **launch_variables(trainers), "PYTHONWARNINGS": "ignore", "RANK": "0",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Collection
 from typing import Any
 
 from workflow_scripts.core import schedule
@@ -346,13 +347,16 @@ def argv(path: str, evaluation: bool = False) -> list[str]:
     ``--train-data-path`` (evaluating reads no training data: no training index is built)."""
     with open(path, encoding="utf-8") as f:
         words = shlex.split(f.read(), comments=True)
-    if not evaluation:
-        return words
+    return without(words, EVALUATION_ONLY_DROPPED) if evaluation else words
+
+
+def without(words: list[str], flags: Collection[str]) -> list[str]:
+    """An argv without ``flags`` and their values."""
     kept: list[str] = []
     dropping = False
     for word in words:
         if word.startswith("--"):
-            dropping = word in EVALUATION_ONLY_DROPPED
+            dropping = word in flags
         if not dropping:
             kept.append(word)
     return kept
