@@ -97,6 +97,34 @@ def parsed(argv, build_tokenizer=True):
     return args
 """
 
+# After MEGATRON_ARGS, in a script run in Megatron-LM's tree with argv [script, JSON, PORT, LOCK]: one rank's
+# process group (gloo, world size 1) and model-parallel groups, the C++ dataset helpers built as
+# initialize_megatron builds them (one build at a time on this machine: LOCK), and pretrain_gpt's dataset
+# provider as its __main__ sets it. The one stub: the data loaders' flags go to 'cuda' to be broadcast.
+MEGATRON_ONE_RANK = r"""
+import fcntl, json, os
+import torch
+from megatron.core import mpu
+from megatron.core.datasets.utils import compile_helpers
+from megatron.training import checkpointing, training
+
+_tensor = torch.tensor
+def _cpu_tensor(*args, **kwargs):  # stub: the data loaders' flags go to 'cuda' to be broadcast
+    if kwargs.get("device") == "cuda":
+        kwargs["device"] = "cpu"
+    return _tensor(*args, **kwargs)
+torch.tensor = _cpu_tensor
+
+address = f"tcp://127.0.0.1:{sys.argv[2]}"
+torch.distributed.init_process_group("gloo", init_method=address, rank=0, world_size=1)
+mpu.initialize_model_parallel()
+with open(sys.argv[3], "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    compile_helpers()  # a no-op once built
+import pretrain_gpt
+pretrain_gpt.train_valid_test_datasets_provider.is_distributed = True
+"""
+
 
 class Missing(RuntimeError):
     """No archives: the checkout is not beside ``shared/`` (a user's checkout)."""

@@ -26,7 +26,7 @@ import yaml
 
 from tests.train.launches import CONFIG, segments
 from tests.train.test_megatron_in_the_loop import free_port, pretrain_argv
-from tests.trainers import MEGATRON_ARGS, Trainers
+from tests.trainers import MEGATRON_ARGS, MEGATRON_ONE_RANK, Trainers
 from tests.utils import REPO, Workflow, snakemake_env, tail
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.train_layout import TrainLayout
@@ -36,29 +36,11 @@ RECIPE = yaml.safe_load((REPO / "config" / "train" / "megatron-launch.yaml").rea
 
 LOOP = (
     MEGATRON_ARGS
+    + MEGATRON_ONE_RANK
     + r"""
-import fcntl, json, logging, os
-import torch
-from megatron.core import mpu
-from megatron.core.datasets.utils import compile_helpers
-from megatron.training import checkpointing, training
+import logging
 
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr, force=True)
-_tensor = torch.tensor
-def _cpu_tensor(*args, **kwargs):  # stub: the data loaders' flags go to 'cuda' to be broadcast
-    if kwargs.get("device") == "cuda":
-        kwargs["device"] = "cpu"
-    return _tensor(*args, **kwargs)
-torch.tensor = _cpu_tensor
-
-address = f"tcp://127.0.0.1:{sys.argv[2]}"
-torch.distributed.init_process_group("gloo", init_method=address, rank=0, world_size=1)
-mpu.initialize_model_parallel()
-with open(sys.argv[3], "w") as lock:  # one build at a time on this machine (tests on two workers)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    compile_helpers()
-import pretrain_gpt
-pretrain_gpt.train_valid_test_datasets_provider.is_distributed = True  # as pretrain_gpt's __main__
 
 def cache_files(folder):
     if not folder or not os.path.isdir(folder):

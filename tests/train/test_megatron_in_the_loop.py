@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from tests.train.launches import START, segments
-from tests.trainers import MEGATRON_ARGS, Trainers
+from tests.trainers import MEGATRON_ARGS, MEGATRON_ONE_RANK, Trainers
 from tests.utils import REPO, Workflow
 from workflow_scripts.core.fsio import read_json
 from workflow_scripts.core.indexed_dataset import IndexedDataset
@@ -41,29 +41,8 @@ from workflow_scripts.train import checkpoint_eval, progress_lines, segment
 
 LOOP = (
     MEGATRON_ARGS
+    + MEGATRON_ONE_RANK
     + r"""
-import fcntl, json, os
-import torch
-from megatron.core import mpu
-from megatron.core.datasets.utils import compile_helpers
-from megatron.training import checkpointing, training
-
-_tensor = torch.tensor
-def _cpu_tensor(*args, **kwargs):  # stub: the data loaders' flags go to 'cuda' to be broadcast
-    if kwargs.get("device") == "cuda":
-        kwargs["device"] = "cpu"
-    return _tensor(*args, **kwargs)
-torch.tensor = _cpu_tensor
-
-port = int(sys.argv[2])
-torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-mpu.initialize_model_parallel()
-with open(sys.argv[3], "w") as lock:  # one build at a time on this machine (tests on two workers)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    compile_helpers()  # as initialize_megatron does on rank 0 (a no-op once built)
-import pretrain_gpt
-pretrain_gpt.train_valid_test_datasets_provider.is_distributed = True  # as pretrain_gpt's __main__
-
 def scheduler(args):  # what setup_model_and_optimizer builds (update_train_iters included)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.lr)
     return training.get_optimizer_param_scheduler(optimizer)
